@@ -1,0 +1,21 @@
+"""fxkit: capture, transform and compile models written against fxkit.nn."""
+import fxkit.runtime  # noqa: F401  (registers every op, installs Tensor methods)
+from fxkit import ops
+from fxkit.errors import (DeviceError, DTypeError, FxkitError, GraphError, IndexOutOfRangeError,
+                          LoweringError, ShapeError, TraceError)
+from fxkit.ops import *  # noqa: F401,F403  (fxkit.<op name>)
+from fxkit.runtime.device import Device, cuda
+from fxkit.runtime.device import Device as device
+from fxkit.runtime.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
+                                  int64, uint8)
+from fxkit.runtime.ops.factories import from_numpy, manual_seed, tensor
+from fxkit.runtime.tensor import Tensor
+
+bool = bool_  # noqa: A001  (fxkit.bool, like torch.bool)
+float = float32  # noqa: A001
+half = float16
+double = float64
+long = int64
+int = int32  # noqa: A001
+
+__version__ = "0.1.0"

@@ -1,0 +1,58 @@
+"""The exceptions fxkit raises, in one place.
+
+Every error says what went wrong (with the actual shapes, dtypes or devices),
+where (the op, the graph node and the user's source line when known) and how
+to fix it. Each class also derives from the builtin exception a Python user
+would catch for that kind of mistake (``ValueError`` for shapes, ``TypeError``
+for dtypes, ...), so ``except ValueError`` keeps working.
+"""
+
+
+class FxkitError(Exception):
+    """Base class of every error fxkit raises on purpose."""
+
+
+class ShapeError(FxkitError, ValueError):
+    """Tensor shapes that do not fit an operation."""
+
+
+class DTypeError(FxkitError, TypeError):
+    """A dtype an operation cannot take, or an unsafe cast."""
+
+
+class DeviceError(FxkitError, RuntimeError):
+    """Tensors on different devices, or a device that is not available."""
+
+
+class TraceError(FxkitError, RuntimeError):
+    """Symbolic tracing needed a concrete value it cannot have."""
+
+
+class GraphError(FxkitError, RuntimeError):
+    """A malformed graph, or a failure while running one of its nodes."""
+
+
+class LoweringError(FxkitError, RuntimeError):
+    """A backend cannot lower a graph or a node of it."""
+
+
+def format_error(message, *, where=None, node=None, hint=None):
+    """Join an error's parts in the layout of STYLE.md.
+
+    >>> print(format_error("matmul: bad", where="m.py:3 in f", hint="fix it"))
+    matmul: bad
+      at m.py:3 in f
+      hint: fix it
+    """
+    lines = [message]
+    if where:
+        lines.append(f"  at {where}")
+    if node:
+        lines.append(f"  node: {node}")
+    if hint:
+        lines.append(f"  hint: {hint}")
+    return "\n".join(lines)
+
+
+class IndexOutOfRangeError(FxkitError, IndexError):
+    """An index or a dimension outside a tensor's range."""

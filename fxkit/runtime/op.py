@@ -1,0 +1,321 @@
+"""`Op`: one tensor operation, and the single dispatch point of fxkit.
+
+An op is written once against the array module ``xp`` (numpy or cupy):
+``impl(xp, *args, **kwargs)`` receives ndarrays where the caller passed
+Tensors and returns ndarrays (or containers of them, or Python values).
+`Op.__call__` hands calls with a tracer proxy to the tracer and otherwise
+unwraps, checks devices, applies PyTorch's dtype promotion for elementwise
+ops, runs the implementation and wraps the result.
+
+Example:
+    >>> @op("square", kind="elementwise", template="a * a")
+    ... def square(xp, a):
+    ...     return xp.multiply(a, a)
+"""
+import numpy as np
+
+from fxkit.errors import DeviceError, DTypeError, FxkitError, IndexOutOfRangeError, ShapeError
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime import tracing_hook
+from fxkit.runtime.device import Device, cpu
+from fxkit.runtime.meta import TensorMeta, broadcast_shapes
+from fxkit.runtime.registry import add_op
+from fxkit.runtime.tensor import Tensor
+
+KINDS = ("elementwise", "reduction", "matmul", "conv", "view", "shape", "random", "other")
+
+# Promotion modes of elementwise ops: how the result dtype follows the inputs.
+#   common  - PyTorch's result_type of the inputs (add, mul, maximum, where, ...)
+#   float   - result_type, then integers and bools become the default float (exp, div)
+#   compare - computed in result_type, result bool (eq, lt, isnan)
+#   bool    - inputs read as truth values, result bool (logical_and)
+#   keep    - dtype of the first input (clamp of an int tensor by floats stays int)
+#   integer - integer or bool inputs only, result_type (bitwise_and)
+PROMOTIONS = (None, "common", "float", "compare", "bool", "keep", "integer")
+
+_ACTIVE = tracing_hook.ACTIVE
+_find_proxy = tracing_hook.find_proxy
+_SCALARS = (int, float, bool)
+_FLOAT_CATEGORY = 2
+
+
+class Op:
+    """One registered tensor operation.
+
+    Attributes:
+        name: the op's name, also ``fxkit.<name>`` and the graph's target label.
+        kind: one of `KINDS`; passes key off it (fusion takes ``elementwise``).
+        impl: ``impl(xp, *args, **kwargs)`` over raw arrays.
+        shape_rule: ``rule(*args, **kwargs)`` over `TensorMeta` in place of
+            tensors, returning TensorMeta (or a container of them, or Python
+            values for shape queries); computes no data.
+        promote: the dtype promotion of an elementwise op (see `PROMOTIONS`).
+        template: for elementwise ops, a Python expression over the inputs
+            ``a, b, c`` and keyword names, using the intrinsics of
+            ``fxkit.runtime.ops.intrinsics``; fused kernels are generated from it.
+        method: the Tensor method name, or None when the op is no method.
+        pure: False for ops with effects or randomness; never removed or merged.
+        factory: True for ops that create tensors from no tensor (``zeros``);
+            they take ``device=`` and ``dtype=``.
+    """
+
+    __slots__ = ("name", "kind", "impl", "shape_rule", "promote", "template", "method",
+                 "pure", "factory", "promote_from", "grad_rule", "__wrapped__")
+
+    def __init__(self, name, impl, *, kind, shape_rule=None, promote=None, template=None,
+                 method=True, pure=True, factory=False, promote_from=0):
+        if kind not in KINDS:
+            raise FxkitError(f"op {name!r}: kind {kind!r} is not one of {KINDS}")
+        if promote not in PROMOTIONS:
+            raise FxkitError(f"op {name!r}: promote {promote!r} is not one of {PROMOTIONS}")
+        self.name = name
+        self.kind = kind
+        self.impl = impl
+        self.promote = promote
+        self.template = template
+        self.method = name if method is True else (method or None)
+        self.pure = pure
+        self.factory = factory
+        self.promote_from = promote_from
+        self.grad_rule = None
+        self.__wrapped__ = impl
+        if shape_rule is None and kind == "elementwise":
+            shape_rule = self._elementwise_shape_rule
+        if shape_rule is None:
+            raise FxkitError(f"op {name!r} needs a shape_rule (only elementwise ops get one by default)")
+        self.shape_rule = shape_rule
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+    def __reduce__(self):
+        return (_op_by_name, (self.name,))
+
+    def __get__(self, instance, owner=None):
+        # Ops stored on Tensor act as bound methods: ``x.relu()`` is ``relu(x)``.
+        if instance is None:
+            return self
+        return _BoundOp(self, instance)
+
+    def __call__(self, *args, **kwargs):
+        if _ACTIVE:
+            proxy = _find_proxy(args, kwargs)
+            if proxy is not None:
+                return proxy.tracer.record_op(self, args, kwargs)
+        return self.run(args, kwargs)
+
+    def run(self, args, kwargs):
+        """Run eagerly: unwrap Tensors, promote, call ``impl``, wrap the result."""
+        device = None
+        raw = []
+        for a in args:
+            if isinstance(a, Tensor):
+                d = a.device
+                if device is None:
+                    device = d
+                elif d is not device:
+                    raise self._device_error(device, d)
+                raw.append(a._data)
+            elif type(a) in (list, tuple) and a and isinstance(a[0], Tensor):
+                unwrapped = []
+                for t in a:
+                    if not isinstance(t, Tensor):
+                        raise DTypeError(f"{self.name}: expected a sequence of tensors, found {type(t).__name__} in it")
+                    if device is None:
+                        device = t.device
+                    elif t.device is not device:
+                        raise self._device_error(device, t.device)
+                    unwrapped.append(t._data)
+                raw.append(unwrapped)
+            else:
+                raw.append(a)
+        if kwargs:
+            kwargs = dict(kwargs)
+            for k, v in kwargs.items():
+                if isinstance(v, Tensor):
+                    if device is None:
+                        device = v.device
+                    elif v.device is not device:
+                        raise self._device_error(device, v.device)
+                    kwargs[k] = v._data
+            if "dtype" in kwargs:
+                kwargs["dtype"] = _dt.as_dtype(kwargs["dtype"])
+            if self.factory:
+                spec = kwargs.pop("device", None)
+                if spec is not None:
+                    device = Device(spec)
+        if device is None:
+            device = cpu
+        if self.promote is not None:
+            if self.promote_from:
+                cut = self.promote_from
+                raw = raw[:cut] + self._promote_inputs(raw[cut:])
+            else:
+                raw = self._promote_inputs(raw)
+        try:
+            out = self.impl(device.xp, *raw, **kwargs)
+        except FxkitError:
+            raise
+        except (ValueError, TypeError, IndexError) as exc:
+            raise self._explain(exc, args, kwargs) from exc
+        if type(out) is np.ndarray:
+            return Tensor._make(out, device)
+        return _wrap(out, device)
+
+    # -- dtype promotion -------------------------------------------------
+    def _promote_inputs(self, raw):
+        """Cast array inputs to the PyTorch result dtype of this op."""
+        mode = self.promote
+        if mode == "bool":
+            return raw
+        first = None
+        uniform = True
+        scalars = None
+        for r in raw:
+            t = type(r)
+            if t in _SCALARS:
+                if scalars is None:
+                    scalars = [r]
+                else:
+                    scalars.append(r)
+            elif r is not None and hasattr(r, "dtype"):
+                if first is None:
+                    first = r.dtype
+                elif r.dtype != first:
+                    uniform = False
+        if first is None:
+            return raw
+        if mode == "keep":
+            return raw
+        if uniform and scalars is None:
+            target = _dt._BY_NP.get(first)
+            if target is None:
+                target = _dt.from_numpy(first)
+        else:
+            target = self._result_dtype(raw)
+        if mode == "integer" and target.category == _FLOAT_CATEGORY:
+            raise DTypeError(f"{self.name}: needs integer or bool tensors, got {target.name}; "
+                             f"cast with .int() or .long() first")
+        if mode == "float" and target.category != _FLOAT_CATEGORY:
+            target = _dt.default_float
+        if mode == "compare":
+            return raw
+        np_target = target.np
+        if uniform and first == np_target:
+            return raw
+        return [r.astype(np_target) if hasattr(r, "dtype") and type(r) not in _SCALARS and r.dtype != np_target
+                else r for r in raw]
+
+    def _result_dtype(self, raw):
+        dims, zeros, scalars = [], [], []
+        for r in raw:
+            if type(r) in _SCALARS:
+                scalars.append(r)
+            elif r is not None and hasattr(r, "dtype"):
+                (zeros if r.ndim == 0 else dims).append(_dt.from_numpy(r.dtype))
+        return _dt.result_type(dims, zeros, scalars)
+
+    # -- shape rule of elementwise ops ------------------------------------
+    def _elementwise_shape_rule(self, *args, **kwargs):
+        metas = [a for a in args if isinstance(a, TensorMeta)]
+        metas += [v for v in kwargs.values() if isinstance(v, TensorMeta)]
+        if not metas:
+            raise ShapeError(f"{self.name}: needs at least one tensor input")
+        shape = broadcast_shapes(*(m.shape for m in metas), op_name=self.name)
+        device = metas[0].device
+        mode = self.promote
+        if mode in ("compare", "bool"):
+            dtype = _dt.bool_
+        elif mode == "keep":
+            dtype = metas[0].dtype
+        else:
+            promoted = args[self.promote_from:]
+            dims = [a.dtype for a in promoted if isinstance(a, TensorMeta) and len(a.shape) > 0]
+            zeros = [a.dtype for a in promoted if isinstance(a, TensorMeta) and len(a.shape) == 0]
+            scalars = [a for a in promoted if type(a) in _SCALARS]
+            dtype = _dt.result_type(dims, zeros, scalars)
+            if mode == "float" and dtype.category != _FLOAT_CATEGORY:
+                dtype = _dt.default_float
+        return TensorMeta(shape, dtype, device)
+
+    # -- errors ------------------------------------------------------------
+    def _device_error(self, a, b):
+        return DeviceError(
+            f"{self.name}: expected all tensors on the same device, found {a} and {b}; "
+            f"move them with .to('{a}') or .to('{b}')"
+        )
+
+    def _explain(self, exc, args, kwargs):
+        """Turn an array library's error into one that names this op and its inputs."""
+        described = ", ".join(describe(a) for a in args)
+        kind = ShapeError if isinstance(exc, ValueError) else (
+            DTypeError if isinstance(exc, TypeError) else IndexOutOfRangeError)
+        return kind(f"{self.name}: {exc} (inputs: {described})")
+
+
+def describe(value):
+    """A short description of an argument for error messages: ``f32[3, 4]``."""
+    if isinstance(value, Tensor):
+        return f"{short_dtype(value.dtype)}{list(value.shape)}"
+    if isinstance(value, TensorMeta):
+        return f"{short_dtype(value.dtype)}{list(value.shape)}"
+    if type(value) in (list, tuple):
+        inner = ", ".join(describe(v) for v in value[:4])
+        return f"[{inner}{', ...' if len(value) > 4 else ''}]"
+    return repr(value)
+
+
+_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64", "bfloat16": "bf16", "int8": "i8",
+          "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64", "bool": "b8"}
+
+
+def short_dtype(dtype):
+    """``f32`` for float32, as graphs print dtypes."""
+    return _SHORT.get(dtype.name, dtype.name)
+
+
+class _BoundOp:
+    """``x.relu`` before it is called: an op with its first argument bound."""
+
+    __slots__ = ("op", "self_arg")
+
+    def __init__(self, op, self_arg):
+        self.op = op
+        self.self_arg = self_arg
+
+    def __call__(self, *args, **kwargs):
+        return self.op(self.self_arg, *args, **kwargs)
+
+    def __repr__(self):
+        return f"<bound op {self.op.name} of {describe(self.self_arg)}>"
+
+
+def _wrap(out, device):
+    if isinstance(out, np.ndarray) or (device.type == "cuda" and isinstance(out, device.xp.ndarray)):
+        return Tensor._make(out, device)
+    if isinstance(out, np.generic):
+        return Tensor._make(np.asarray(out), device)
+    if isinstance(out, tuple):
+        items = [_wrap(o, device) for o in out]
+        return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+    if isinstance(out, list):
+        return [_wrap(o, device) for o in out]
+    return out
+
+
+def _op_by_name(name):
+    from fxkit.runtime.registry import get_op
+
+    return get_op(name)
+
+
+def op(name, *, kind, shape_rule=None, promote=None, template=None, method=True, pure=True,
+       factory=False, promote_from=0):
+    """Decorator: register ``impl`` as the op ``name`` and return the `Op`."""
+
+    def register(impl):
+        return add_op(Op(name, impl, kind=kind, shape_rule=shape_rule, promote=promote,
+                         template=template, method=method, pure=pure, factory=factory,
+                         promote_from=promote_from))
+
+    return register

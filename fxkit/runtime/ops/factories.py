@@ -1,0 +1,201 @@
+"""Tensor factories: ``tensor, zeros, ones, empty, full, arange, rand, randn``
+and the ``*_like`` forms, plus the random generator they share.
+
+Factories are ops (kind ``other`` or ``random``) so that
+``fxkit.zeros(x.shape[0], 3)`` inside a traced forward records a node.
+"""
+import numbers
+
+import numpy as np
+
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.device import Device, cpu
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.op import op
+from fxkit.runtime.tensor import Tensor
+
+_SEED = [None]
+_GENERATORS = {}
+
+
+def manual_seed(seed):
+    """Seed every device's random generator, like ``torch.manual_seed``."""
+    if not isinstance(seed, numbers.Integral):
+        raise TypeError(f"manual_seed expects an int, got {type(seed).__name__}")
+    _SEED[0] = int(seed)
+    _GENERATORS.clear()
+
+
+def generator(xp):
+    """The random generator of array module ``xp`` (numpy or cupy)."""
+    gen = _GENERATORS.get(xp.__name__)
+    if gen is None:
+        gen = xp.random.default_rng(_SEED[0])
+        _GENERATORS[xp.__name__] = gen
+    return gen
+
+
+def size_args(size, name):
+    """Normalise ``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` to a tuple of ints."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, Tensor):
+            s = s.item()
+        if not isinstance(s, numbers.Integral) and not hasattr(s, "free_symbols") and not isinstance(s, str):
+            raise TypeError(f"{name}: sizes must be ints, got {s!r} in {tuple(size)}")
+        if isinstance(s, numbers.Integral) and s < 0:
+            raise ShapeError(f"{name}: negative dimension {s} in size {tuple(size)}")
+        out.append(int(s) if isinstance(s, numbers.Integral) else s)
+    return tuple(out)
+
+
+def _dtype_or(dtype, default):
+    return (dtype or default).np
+
+
+def _factory_rule(name, default=None):
+    def rule(*size, dtype=None, device=None):
+        return TensorMeta(size_args(size, name), _dt.as_dtype(dtype) or default or _dt.default_float,
+                          Device(device) if device else cpu)
+
+    return rule
+
+
+@op("zeros", kind="other", factory=True, method=False, shape_rule=_factory_rule("zeros"))
+def zeros(xp, *size, dtype=None):
+    """A tensor of zeros: ``fxkit.zeros(2, 3)``."""
+    return xp.zeros(size_args(size, "zeros"), dtype=_dtype_or(dtype, _dt.default_float))
+
+
+@op("ones", kind="other", factory=True, method=False, shape_rule=_factory_rule("ones"))
+def ones(xp, *size, dtype=None):
+    """A tensor of ones."""
+    return xp.ones(size_args(size, "ones"), dtype=_dtype_or(dtype, _dt.default_float))
+
+
+@op("empty", kind="other", factory=True, method=False, shape_rule=_factory_rule("empty"))
+def empty(xp, *size, dtype=None):
+    """An uninitialised tensor (its values are arbitrary)."""
+    return xp.empty(size_args(size, "empty"), dtype=_dtype_or(dtype, _dt.default_float))
+
+
+def _full_rule(size, fill_value, dtype=None, device=None):
+    dtype = _dt.as_dtype(dtype) or _dt.scalar_dtype(fill_value)
+    return TensorMeta(size_args((size,), "full"), dtype, Device(device) if device else cpu)
+
+
+@op("full", kind="other", factory=True, method=False, shape_rule=_full_rule)
+def full(xp, size, fill_value, dtype=None):
+    """A tensor filled with ``fill_value``; dtype follows the value like PyTorch."""
+    dtype = dtype or _dt.scalar_dtype(fill_value)
+    return xp.full(size_args((size,), "full"), fill_value, dtype=dtype.np)
+
+
+def _arange_bounds(start, end, step):
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    return start, end, step
+
+
+def _arange_dtype(start, end, step, dtype):
+    if dtype is not None:
+        return _dt.as_dtype(dtype)
+    values = [v for v in (start, end, step) if v is not None]
+    return _dt.default_float if any(isinstance(v, float) for v in values) else _dt.int64
+
+
+def _arange_rule(start, end=None, step=1, dtype=None, device=None):
+    s, e, st = _arange_bounds(start, end, step)
+    n = max(0, -(-(e - s) // st)) if all(isinstance(v, int) for v in (s, e, st)) else int(np.ceil((e - s) / st))
+    return TensorMeta((max(n, 0),), _arange_dtype(start, end, step, dtype), Device(device) if device else cpu)
+
+
+@op("arange", kind="other", factory=True, method=False, shape_rule=_arange_rule)
+def arange(xp, start, end=None, step=1, dtype=None):
+    """``arange(end)``, ``arange(start, end, step)``; int64 unless a bound is a float."""
+    out_dtype = _arange_dtype(start, end, step, dtype)
+    s, e, st = _arange_bounds(start, end, step)
+    return xp.arange(s, e, st, dtype=np.float64 if out_dtype.is_floating_point else np.int64).astype(out_dtype.np)
+
+
+@op("rand", kind="random", factory=True, method=False, pure=False, shape_rule=_factory_rule("rand"))
+def rand(xp, *size, dtype=None):
+    """Uniform samples in [0, 1)."""
+    dtype = dtype or _dt.default_float
+    if not dtype.is_floating_point:
+        raise DTypeError(f"rand: dtype must be floating point, got {dtype.name}")
+    return generator(xp).random(size_args(size, "rand"), dtype=np.float32 if dtype.itemsize <= 4 else np.float64
+                                ).astype(dtype.np, copy=False)
+
+
+@op("randn", kind="random", factory=True, method=False, pure=False, shape_rule=_factory_rule("randn"))
+def randn(xp, *size, dtype=None):
+    """Standard normal samples."""
+    dtype = dtype or _dt.default_float
+    if not dtype.is_floating_point:
+        raise DTypeError(f"randn: dtype must be floating point, got {dtype.name}")
+    return generator(xp).standard_normal(size_args(size, "randn"),
+                                         dtype=np.float32 if dtype.itemsize <= 4 else np.float64
+                                         ).astype(dtype.np, copy=False)
+
+
+def _like_rule(a, *args, dtype=None, device=None, **kw):
+    return TensorMeta(a.shape, _dt.as_dtype(dtype) or a.dtype, Device(device) if device else a.device)
+
+
+def _make_like(name, fn):
+    def impl(xp, a, *args, dtype=None):
+        return fn(xp, a.shape, *args, dtype=(dtype.np if dtype else a.dtype))
+
+    impl.__doc__ = f"``{name}(x)``: like ``{name[:-5]}`` with the shape and dtype of ``x``."
+    kind = "random" if name.startswith("rand") else "other"
+    return op(name, kind=kind, shape_rule=_like_rule, pure=kind != "random")(impl)
+
+
+zeros_like = _make_like("zeros_like", lambda xp, s, dtype: xp.zeros(s, dtype=dtype))
+ones_like = _make_like("ones_like", lambda xp, s, dtype: xp.ones(s, dtype=dtype))
+empty_like = _make_like("empty_like", lambda xp, s, dtype: xp.empty(s, dtype=dtype))
+full_like = _make_like("full_like", lambda xp, s, v, dtype: xp.full(s, v, dtype=dtype))
+rand_like = _make_like("rand_like", lambda xp, s, dtype: generator(xp).random(s).astype(dtype))
+randn_like = _make_like("randn_like", lambda xp, s, dtype: generator(xp).standard_normal(s).astype(dtype))
+
+
+def tensor(data, dtype=None, device=None):
+    """Build a tensor from Python values or an array, copying it (PyTorch's rules:
+    Python floats become float32, ints int64, bools bool)."""
+    dtype = _dt.as_dtype(dtype)
+    if isinstance(data, Tensor):
+        array = data._host().copy()
+    else:
+        array = np.array(data)
+        if array.dtype == object:
+            raise TypeError(f"tensor(): could not infer a dtype from {type(data).__name__} {data!r:.80}; "
+                            f"pass numbers or nested lists of numbers of equal length")
+    if dtype is None:
+        kind = array.dtype.kind
+        if kind == "f":
+            dtype = _dt.default_float if not isinstance(data, (np.ndarray, np.generic, Tensor)) else _dt.from_numpy(array.dtype)
+        elif kind in "iu":
+            dtype = _dt.int64 if not isinstance(data, (np.ndarray, np.generic, Tensor)) else _dt.from_numpy(array.dtype)
+        elif kind == "b":
+            dtype = _dt.bool_
+        else:
+            raise DTypeError(f"tensor(): unsupported element type {array.dtype}")
+    array = np.ascontiguousarray(array.astype(dtype.np, copy=False))
+    t = Tensor._make(array, cpu)
+    if device is not None and Device(device) is not cpu:
+        t = t.to(device)
+    return t
+
+
+def from_numpy(array):
+    """Wrap a numpy array without copying: both share memory."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
+    _dt.from_numpy(array.dtype)
+    return Tensor._make(array, cpu)

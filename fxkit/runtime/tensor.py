@@ -1,0 +1,171 @@
+"""`Tensor`: one ndarray (numpy on cpu, cupy on cuda) and its device.
+
+The operators and the op methods (``x + y``, ``x.relu()``, ``x.view(...)``)
+are installed from the op registry by ``tensor_methods.py``, so a method and
+its op are the same `Op`. This file holds only what is not an op: storage,
+conversion to Python and numpy, printing.
+"""
+import numpy as np
+
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.device import Device, cpu, device_of_array
+
+
+class Tensor:
+    """An n-dimensional array on a device, with PyTorch's API.
+
+    Example:
+        >>> x = fxkit.tensor([[1.0, 2.0]])
+        >>> (x * 2).relu()
+        tensor([[2., 4.]])
+    """
+
+    __slots__ = ("_data", "device", "_grad", "__weakref__")
+    __hash__ = object.__hash__
+    __array_priority__ = 1000  # numpy defers ``ndarray + Tensor`` to Tensor.__radd__
+
+    def __init__(self, data, device=None):
+        if not hasattr(data, "dtype") or not hasattr(data, "shape"):
+            raise DTypeError(
+                f"Tensor(...) wraps an ndarray, got {type(data).__name__}; "
+                f"use fxkit.tensor(data) to build one from Python values"
+            )
+        if isinstance(data, np.generic):
+            data = np.asarray(data)
+        self._data = data
+        self.device = Device(device) if device is not None else device_of_array(data)
+        self._grad = None
+        _dt.from_numpy(data.dtype)  # refuse dtypes fxkit has no name for
+
+    @classmethod
+    def _make(cls, data, device):
+        t = object.__new__(cls)
+        t._data = data
+        t.device = device
+        t._grad = None
+        return t
+
+    # -- what every tensor knows ---------------------------------------------
+    @property
+    def shape(self):
+        return self._data.shape
+
+    @property
+    def dtype(self):
+        return _dt._BY_NP[self._data.dtype]
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    @property
+    def data(self):
+        """The same tensor without autograd history (PyTorch's ``.data``)."""
+        return Tensor._make(self._data, self.device)
+
+    @property
+    def requires_grad(self):
+        return False
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    def element_size(self):
+        return self._data.itemsize
+
+    def nbytes(self):
+        return self._data.nbytes
+
+    def data_ptr(self):
+        if self.device.type == "cpu":
+            return self._data.__array_interface__["data"][0]
+        return self._data.data.ptr
+
+    # -- conversion to Python and numpy ---------------------------------------
+    def numpy(self):
+        """The ndarray itself on cpu (zero-copy); a cuda tensor must be moved first."""
+        if self.device.type != "cpu":
+            raise DTypeError(
+                f"can't convert a {self.device} tensor to numpy; call .cpu() first"
+            )
+        return self._data
+
+    def item(self):
+        if self._data.size != 1:
+            raise ShapeError(
+                f"item(): a Tensor with {self._data.size} elements cannot be converted to a "
+                f"Python number; only one-element tensors can"
+            )
+        return self._data.item()
+
+    def tolist(self):
+        return self._host().tolist()
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to(f"cuda:{device}" if isinstance(device, int) else (device or "cuda"))
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._host()
+        return a if dtype is None else a.astype(dtype)
+
+    def _host(self):
+        return self._data if self.device.type == "cpu" else self._data.get()
+
+    def __len__(self):
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __bool__(self):
+        if self._data.size != 1:
+            raise ShapeError(
+                f"the truth value of a tensor with {self._data.size} elements is ambiguous; "
+                f"use .any() or .all()"
+            )
+        return bool(self._data)
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.category != 1 or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __format__(self, spec):
+        if self._data.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __repr__(self):
+        from fxkit.runtime.tensor_repr import tensor_repr
+
+        return tensor_repr(self)
+
+    # -- pickling (GraphModule deepcopy/pickle carries its tensors) ------------
+    def __reduce__(self):
+        return (_rebuild, (self._host(), str(self.device)))
+
+    def __deepcopy__(self, memo):
+        return type(self)._make(self._data.copy(), self.device)
+
+
+def _rebuild(array, device):
+    t = Tensor._make(np.asarray(array), cpu)
+    return t if device == "cpu" else t.to(device)
