@@ -183,3 +183,38 @@ def compare_meta(c, predicted, out):
         f"{c!r}: shape rule predicted {predicted.shape}, op produced {out.shape}")
     assert predicted.dtype is out.dtype, f"{c!r}: shape rule predicted {predicted.dtype}, op produced {out.dtype}"
     assert predicted.device is out.device, f"{c!r}: shape rule predicted {predicted.device}, op produced {out.device}"
+
+
+def torch_ref(fn):
+    """Wrap ``fn(*torch_args, **torch_kwargs)`` as a reference: numpy arrays become
+    float64 (or integer/bool) torch tensors and the result comes back as numpy.
+    A case using it is skipped when PyTorch is not installed; every op must
+    also have at least one numpy-reference case so coverage holds without torch."""
+
+    def reference(*args, **kwargs):
+        import pytest
+
+        torch = pytest.importorskip("torch")
+
+        def conv(v):
+            if isinstance(v, np.ndarray):
+                return torch.from_numpy(np.ascontiguousarray(v))
+            if isinstance(v, tuple):
+                return tuple(conv(x) for x in v)
+            if isinstance(v, list):
+                return [conv(x) for x in v]
+            if isinstance(v, dict):
+                return {k: conv(x) for k, x in v.items()}
+            return v
+
+        def back(v):
+            if isinstance(v, torch.Tensor):
+                return v.detach().numpy()
+            if isinstance(v, (tuple, list)):
+                return type(v)(back(x) for x in v) if not hasattr(v, "_fields") else tuple(back(x) for x in v)
+            return v
+
+        with torch.no_grad():
+            return back(fn(*conv(args), **conv(kwargs)))
+
+    return reference
