@@ -145,6 +145,8 @@ class Op:
                 if spec is not None:
                     device = Device(spec)
         if device is None:
+            if not self.factory:
+                return self._run_on_scalars(raw, kwargs)
             device = cpu
         if self.promote is not None:
             if self.promote_from:
@@ -161,6 +163,19 @@ class Op:
         if type(out) is np.ndarray:
             return Tensor._make(out, device)
         return _wrap(out, device)
+
+    def _run_on_scalars(self, raw, kwargs):
+        """An op given no tensor: shape arithmetic in a graph (``x.shape[0] * 2``) and
+        picks from tuples (``getitem``) stay Python values; arrays still become tensors."""
+        try:
+            out = self.impl(np, *raw, **kwargs)
+        except FxkitError:
+            raise
+        except (ValueError, TypeError, IndexError) as exc:
+            raise self._explain(exc, raw, kwargs) from exc
+        if isinstance(out, np.generic):
+            return out.item()
+        return _wrap(out, cpu)
 
     # -- dtype promotion -------------------------------------------------
     def _promote_inputs(self, raw):
