@@ -27,10 +27,11 @@ def _import_cupy():
 class Device:
     """One place tensors live: ``Device("cpu")``, ``Device("cuda:1")``.
 
-    Devices are interned, so ``a.device is b.device`` compares them.
+    Devices are interned, so ``a.device is b.device`` compares them; ``xp`` is the
+    device's array module (numpy, or cupy for cuda).
     """
 
-    __slots__ = ("type", "index", "_xp")
+    __slots__ = ("type", "index", "xp")
     _interned = {}
 
     def __new__(cls, spec="cpu"):
@@ -45,17 +46,12 @@ class Device:
         dev = cls._interned.get(canon)
         if dev is None:
             dev = object.__new__(cls)
-            dev.type, dev.index, dev._xp = dtype, index, (np if dtype == "cpu" else None)
+            # NOTE: a cuda device imports cupy when first named: that is when one is used.
+            dev.type, dev.index = dtype, index
+            dev.xp = np if dtype == "cpu" else _import_cupy()
             cls._interned[canon] = dev
         cls._interned[key] = dev
         return dev
-
-    @property
-    def xp(self):
-        """The array module of this device (numpy, or cupy for cuda)."""
-        if self._xp is None:
-            self._xp = _import_cupy()
-        return self._xp
 
     def activate(self):
         """A context manager making this device cupy's current one (no-op on cpu)."""

@@ -60,7 +60,7 @@ class Op:
     """
 
     __slots__ = ("name", "kind", "impl", "shape_rule", "promote", "template", "method",
-                 "pure", "factory", "promote_from", "grad_rule", "__wrapped__")
+                 "pure", "factory", "promote_from", "grad_rule", "_fast", "__wrapped__")
 
     def __init__(self, name, impl, *, kind, shape_rule=None, promote=None, template=None,
                  method=True, pure=True, factory=False, promote_from=0):
@@ -77,6 +77,7 @@ class Op:
         self.pure = pure
         self.factory = factory
         self.promote_from = promote_from
+        self._fast = not factory and promote_from == 0
         self.grad_rule = None
         self.__wrapped__ = impl
         if shape_rule is None and kind == "elementwise":
@@ -102,7 +103,47 @@ class Op:
             proxy = _find_proxy(args, kwargs)
             if proxy is not None:
                 return proxy.tracer.record_op(self, args, kwargs)
-        return self.run(args, kwargs)
+        if kwargs or not self._fast:
+            return self.run(args, kwargs)
+        # NOTE: the fast path of `run` for positional tensors and Python scalars: the
+        # per-op overhead of eager mode is measured against PyTorch's dispatch.
+        device = None
+        first = None
+        uniform = True
+        scalars = False
+        raw = []
+        for a in args:
+            if isinstance(a, Tensor):
+                if a.device is not device:
+                    if device is not None:
+                        raise self._device_error(device, a.device)
+                    device = a.device
+                d = a._data
+                if first is None:
+                    first = d.dtype
+                elif uniform and d.dtype != first:
+                    uniform = False
+                raw.append(d)
+            elif type(a) in _SCALARS:
+                scalars = True
+                raw.append(a)
+            else:
+                return self.run(args, kwargs)
+        if device is None:
+            return self.run(args, kwargs)
+        mode = self.promote
+        if mode is not None and (not uniform or (scalars and first.kind != "f")
+                                 or (mode == "float" and first.kind != "f") or mode == "integer"):
+            raw = self._promote_inputs(raw)
+        try:
+            out = self.impl(device.xp, *raw)
+        except FxkitError:
+            raise
+        except (ValueError, TypeError, IndexError) as exc:
+            raise self._explain(exc, args, kwargs) from exc
+        if type(out) is np.ndarray:
+            return Tensor._make(out, device)
+        return _wrap(out, device)
 
     def run(self, args, kwargs):
         """Run eagerly: unwrap Tensors, promote, call ``impl``, wrap the result."""

@@ -90,12 +90,23 @@ def install_operators(cls):
     cls.__pos__ = lambda self: self
 
 
+def op_method(op):
+    """``x.<name>(...)`` calling ``op(x, ...)``: a plain function, so binding stays in C."""
+    def method(self, *args, **kwargs):
+        return op(self, *args, **kwargs)
+    method.__name__ = op.method
+    method.__qualname__ = f"Tensor.{op.method}"
+    method.__doc__ = getattr(op.impl, "__doc__", None)
+    method.op = op
+    return method
+
+
 def install_methods(cls, skip=()):
     """One method per registered op that declares a method name."""
     for op in all_ops():
         name = op.method
         if name and name not in skip and name not in cls.__dict__:
-            setattr(cls, name, op)
+            setattr(cls, name, op_method(op))
 
 
 def install_tensor():
