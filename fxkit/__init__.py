@@ -4,6 +4,7 @@ from fxkit import ops
 from fxkit.errors import (DeviceError, DTypeError, FxkitError, GraphError, IndexOutOfRangeError,
                           LoweringError, ShapeError, TraceError)
 from fxkit.ops import *  # noqa: F401,F403  (fxkit.<op name>)
+import fxkit.nn as nn  # noqa: E402  (fxkit.nn, like torch.nn)
 from fxkit.runtime.device import Device, cuda
 from fxkit.runtime.device import Device as device
 from fxkit.runtime.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,
@@ -19,3 +20,7 @@ long = int64
 int = int32  # noqa: A001
 
 __version__ = "0.1.0"
+
+# The IR and the tracer sit above the runtime; the package top exports them (torch.fx's names).
+from fxkit.graph import Graph, GraphModule, Interpreter, Node, Transformer  # noqa: E402
+from fxkit.tracer import Proxy, Tracer, load, save, symbolic_trace, wrap  # noqa: E402

@@ -56,3 +56,7 @@ def format_error(message, *, where=None, node=None, hint=None):
 
 class IndexOutOfRangeError(FxkitError, IndexError):
     """An index or a dimension outside a tensor's range."""
+
+
+class StateDictError(FxkitError, RuntimeError):
+    """A state_dict that does not fit a module: missing or unexpected keys, shape mismatches."""

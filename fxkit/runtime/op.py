@@ -29,7 +29,7 @@ KINDS = ("elementwise", "reduction", "matmul", "conv", "view", "shape", "random"
 #   float   - result_type, then integers and bools become the default float (exp, div)
 #   compare - computed in result_type, result bool (eq, lt, isnan)
 #   bool    - inputs read as truth values, result bool (logical_and)
-#   keep    - dtype of the first input (clamp of an int tensor by floats stays int)
+#   keep    - dtype of the first input (masked_fill of an int tensor by a float stays int)
 #   integer - integer or bool inputs only, result_type (bitwise_and)
 PROMOTIONS = (None, "common", "float", "compare", "bool", "keep", "integer")
 
@@ -161,7 +161,10 @@ class Op:
                 unwrapped = []
                 for t in a:
                     if not isinstance(t, Tensor):
-                        raise DTypeError(f"{self.name}: expected a sequence of tensors, found {type(t).__name__} in it")
+                        # A mixed sequence (the index of ``x[t, :]``) reaches the op as given;
+                        # ops taking a list of tensors (cat) refuse other items themselves.
+                        unwrapped = a
+                        break
                     if device is None:
                         device = t.device
                     elif t.device is not device:
@@ -254,8 +257,6 @@ class Op:
                              f"cast with .int() or .long() first")
         if mode == "float" and target.category != _FLOAT_CATEGORY:
             target = _dt.default_float
-        if mode == "compare":
-            return raw
         np_target = target.np
         if uniform and first == np_target:
             return raw

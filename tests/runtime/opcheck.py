@@ -38,6 +38,8 @@ class Case:
     dtype: Any = None  # expected output dtype (fxkit dtype), or None: checked against the reference kind
     check_rule: bool = True
     mutates: bool = False  # the op writes into its first argument; compare that instead of the return
+    factory: bool = False  # the op makes a tensor from no tensor: the case's device is passed as device=
+    check: Callable = None  # for random ops: check(numpy_output) asserts properties instead of a reference
 
     def __repr__(self):
         return f"{self.op}-{self.id}"
@@ -113,14 +115,25 @@ def run_case(c, device, rng):
     """Run case ``c`` on ``device``; assert value, dtype and shape rule."""
     op = get_op(c.op)
     args, kwargs = c.make(rng)
-    expected = c.reference(*to_reference(args), **to_reference(kwargs))
     fx_args, fx_kwargs = to_fxkit(args, device), to_fxkit(kwargs, device)
+    if c.factory:
+        fx_kwargs["device"] = device
     out = op(*fx_args, **fx_kwargs)
     if c.mutates:
         out = fx_args[0]
-    compare(c, out, expected, _input_float_dtype(args))
+    if c.check is not None:
+        assert isinstance(out, fxkit.Tensor) and str(out.device) == str(fxkit.Device(device)), repr(c)
+        if c.dtype is not None:
+            assert out.dtype is c.dtype, f"{c!r}: dtype {out.dtype} != expected {c.dtype}"
+        c.check(out.cpu().numpy())
+    else:
+        expected = c.reference(*to_reference(args), **to_reference(kwargs))
+        compare(c, out, expected, _input_float_dtype(args))
     if c.check_rule:
-        predicted = op.shape_rule(*to_meta(args, device), **to_meta(kwargs, device))
+        meta_kwargs = to_meta(kwargs, device)
+        if c.factory:
+            meta_kwargs["device"] = device
+        predicted = op.shape_rule(*to_meta(args, device), **meta_kwargs)
         compare_meta(c, predicted, out)
 
 
@@ -198,7 +211,7 @@ def torch_ref(fn):
 
         def conv(v):
             if isinstance(v, np.ndarray):
-                return torch.from_numpy(np.ascontiguousarray(v))
+                return torch.from_numpy(np.array(v, order="C"))  # ascontiguousarray makes 0-d 1-d
             if isinstance(v, tuple):
                 return tuple(conv(x) for x in v)
             if isinstance(v, list):

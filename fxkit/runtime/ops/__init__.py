@@ -7,5 +7,13 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     indexing,
     linalg,
     reductions,
+    softmax,
     shape_ops,
+    rearrange,
+    norm_ops,
+    loss_ops,
+    nn_misc_ops,
+    conv,
+    pooling,
+    interpolate,
 )

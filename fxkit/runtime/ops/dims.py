@@ -1,5 +1,7 @@
 """Dimension arguments shared by reductions, shape ops and their shape rules."""
-from fxkit.errors import IndexOutOfRangeError
+import numbers
+
+from fxkit.errors import DTypeError, IndexOutOfRangeError
 
 
 def normalize_dim(dim, ndim, op_name):
@@ -14,15 +16,33 @@ def normalize_dim(dim, ndim, op_name):
 
 
 def normalize_dims(dim, ndim, op_name):
-    """``dim`` (None, an int, or a sequence) as a tuple of axes, or None for all axes."""
+    """``dim`` (None, an int, or a sequence) as a tuple of axes, or None for all axes.
+
+    An empty sequence also means all axes: PyTorch's reductions read
+    ``x.sum(dim=())`` as a full reduction.
+    """
     if dim is None:
         return None
     if isinstance(dim, (tuple, list)):
+        if not dim:
+            return None
         axes = tuple(normalize_dim(d, ndim, op_name) for d in dim)
         if len(set(axes)) != len(axes):
             raise IndexOutOfRangeError(f"{op_name}: dim {tuple(dim)} names a dimension twice")
         return axes if ndim else None
-    return (normalize_dim(dim, ndim, op_name),) if ndim else None
+    axis = normalize_dim(dim, ndim, op_name)
+    return (axis,) if ndim else None
+
+
+def single_dim(dim, ndim, op_name, several=None):
+    """``dim`` that must be one int (``max``, ``cumsum``, ``softmax``), normalised.
+
+    ``several`` names the op to use instead when a caller passes a tuple.
+    """
+    if not isinstance(dim, numbers.Integral):
+        hint = f"; use {several} to reduce several dims" if several else ""
+        raise DTypeError(f"{op_name}: dim must be an int, got {dim!r}{hint}")
+    return normalize_dim(dim, ndim, op_name)
 
 
 def reduced_shape(shape, dim, keepdim, op_name):

@@ -1,47 +1,152 @@
-"""Elementwise ops of two or three inputs, broadcasting like PyTorch."""
+"""Elementwise ops of two or three inputs, broadcasting like PyTorch.
+
+Inputs arrive already cast to the op's PyTorch result dtype (see ``Op`` in
+``fxkit/runtime/op.py``); Python numbers stay Python numbers, which numpy
+treats as weak, so ``float32_array * 2.5`` stays float32.
+"""
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
+
+
+def promoted_meta(name, *values):
+    """Broadcast shape and PyTorch result dtype of elementwise inputs.
+
+    Args:
+        name: the op, for the broadcasting error.
+        *values: `TensorMeta` for tensors, Python numbers, or None (ignored).
+    """
+    metas = [v for v in values if isinstance(v, TensorMeta)]
+    shape = broadcast_shapes(*(m.shape for m in metas), op_name=name)
+    dims = [m.dtype for m in metas if len(m.shape)]
+    zeros = [m.dtype for m in metas if not len(m.shape)]
+    scalars = [v for v in values if v is not None and not isinstance(v, TensorMeta)]
+    return TensorMeta(shape, _dt.result_type(dims, zeros, scalars), metas[0].device)
+
+
+def _kind(a, b):
+    """The dtype kind (``'f'``, ``'i'``, ``'u'``, ``'b'``) of promoted inputs, or None for two numbers."""
+    if hasattr(a, "dtype"):
+        return a.dtype.kind
+    return b.dtype.kind if hasattr(b, "dtype") else None
+
+
+def _scaled(name, a, b, alpha):
+    """``b * alpha`` under PyTorch's rules for ``alpha`` (``add``/``sub``)."""
+    kind = _kind(a, b)
+    if kind == "b":
+        return b if alpha else False
+    if type(alpha) is float and kind not in ("f", None):
+        raise DTypeError(f"{name}: alpha={alpha} is a float, but the inputs are integer tensors; "
+                         f"pass an integer alpha or cast the inputs with .float()")
+    return b * alpha
 
 
 @op("add", kind="elementwise", promote="common", template="a + b * alpha")
 def add(xp, a, b, alpha=1):
-    """``a + alpha * b``."""
-    return xp.add(a, b) if alpha == 1 else xp.add(a, b * alpha)
+    """``a + alpha * b``; for bool tensors, logical or."""
+    return xp.add(a, b) if alpha == 1 else xp.add(a, _scaled("add", a, b, alpha))
 
 
 @op("sub", kind="elementwise", promote="common", template="a - b * alpha")
 def sub(xp, a, b, alpha=1):
     """``a - alpha * b``."""
-    return xp.subtract(a, b) if alpha == 1 else xp.subtract(a, b * alpha)
+    try:
+        return xp.subtract(a, b) if alpha == 1 else xp.subtract(a, _scaled("sub", a, b, alpha))
+    except TypeError:
+        if _kind(a, b) != "b":
+            raise
+        raise DTypeError("sub: subtraction, the `-` operator, with two bool tensors is not supported; "
+                         "use logical_xor() or the `^` operator instead") from None
 
 
 @op("mul", kind="elementwise", promote="common", template="a * b")
 def mul(xp, a, b):
-    """``a * b``."""
+    """``a * b``; for bool tensors, logical and."""
     return xp.multiply(a, b)
 
 
-@op("div", kind="elementwise", promote="float", template="a / b")
-def div(xp, a, b):
-    """True division; integer inputs give the default float dtype."""
-    return xp.true_divide(a, b)
+def _div_template(rounding_mode=None):
+    if rounding_mode == "floor":
+        return "floor_divide(a, b)"
+    return "trunc(a / b)" if rounding_mode == "trunc" else "a / b"
+
+
+def _div_rule(a, b, rounding_mode=None):
+    meta = promoted_meta("div", a, b)
+    if rounding_mode is None:
+        return meta if meta.dtype.is_floating_point else meta._replace(dtype=_dt.default_float)
+    _check_rounding(rounding_mode, meta.dtype.category == 0)
+    return meta
+
+
+def _check_rounding(rounding_mode, is_bool):
+    if rounding_mode not in ("trunc", "floor"):
+        raise ShapeError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if is_bool:
+        raise _bool_error(f"div(rounding_mode={rounding_mode!r})")
+
+
+def _bool_error(name):
+    return DTypeError(f"{name}: not supported for bool tensors; cast them with .int() or .float() first")
+
+
+@op("div", kind="elementwise", promote="common", template=_div_template, shape_rule=_div_rule)
+def div(xp, a, b, rounding_mode=None):
+    """``a / b``.
+
+    Args:
+        rounding_mode: None for true division (integer and bool inputs give
+            float32); ``'trunc'`` rounds toward zero and ``'floor'`` toward -inf,
+            and both keep integer dtypes, as in PyTorch.
+    """
+    kind = _kind(a, b)
+    if rounding_mode is None:
+        if kind == "f" or kind is None:
+            return xp.true_divide(a, b)
+        return xp.true_divide(a, b, dtype=_dt.default_float.np)
+    _check_rounding(rounding_mode, kind == "b")
+    if rounding_mode == "floor":
+        return xp.floor_divide(a, b)
+    if kind == "f" or kind is None:
+        out = xp.true_divide(a, b)
+        return xp.trunc(out, out=out) if out.ndim else xp.trunc(out)
+    # Integer division rounding toward zero, exact for every int64: a - fmod(a, b) is a multiple of b.
+    out = xp.subtract(a, xp.fmod(a, b))
+    out //= b
+    return out
 
 
 @op("floor_divide", kind="elementwise", promote="common", template="floor_divide(a, b)")
 def floor_divide(xp, a, b):
-    """``a // b`` rounded toward negative infinity (PyTorch >= 1.13)."""
+    """``a // b``, rounded toward -inf (``div(a, b, rounding_mode='floor')``)."""
+    if _kind(a, b) == "b":
+        raise _bool_error("floor_divide")
     return xp.floor_divide(a, b)
 
 
 @op("remainder", kind="elementwise", promote="common", template="remainder(a, b)")
 def remainder(xp, a, b):
-    """Python's modulus: the result has the sign of ``b``."""
+    """Python's modulus ``a - floor(a / b) * b``: the result has the sign of ``b``."""
+    if _kind(a, b) == "b":
+        raise _bool_error("remainder")
     return xp.remainder(a, b)
 
 
 @op("pow", kind="elementwise", promote="common", template="pow(a, b)")
-def pow(xp, a, b):
+def pow(xp, a, b):  # noqa: A001
     """``a ** b``."""
-    return xp.power(a, b)
+    kind = _kind(a, b)
+    if kind == "b":
+        raise _bool_error("pow")
+    try:
+        return xp.power(a, b)
+    except ValueError:
+        if kind not in ("i", "u"):
+            raise
+        raise DTypeError("pow: integers to negative integer powers are not allowed; "
+                         "cast the base to float first, e.g. x.float() ** -1") from None
 
 
 @op("maximum", kind="elementwise", promote="common", template="maximum(a, b)")
@@ -60,7 +165,8 @@ def _comparison(name, ufunc, symbol):
     def impl(xp, a, b):
         return getattr(xp, ufunc)(a, b)
 
-    impl.__doc__ = f"``a {symbol} b`` as a bool tensor."
+    impl.__name__ = name
+    impl.__doc__ = f"``a {symbol} b`` as a bool tensor, compared in the inputs' result dtype."
     return op(name, kind="elementwise", promote="compare", template=f"a {symbol} b")(impl)
 
 
@@ -76,7 +182,8 @@ def _logical(name):
     def impl(xp, a, b):
         return getattr(xp, name)(a, b)
 
-    impl.__doc__ = f"``{name}`` of the truth values of ``a`` and ``b``."
+    impl.__name__ = name
+    impl.__doc__ = f"``{name}`` of the truth values of ``a`` and ``b`` (nonzero is true), as a bool tensor."
     return op(name, kind="elementwise", promote="bool", template=f"{name}(a, b)")(impl)
 
 
@@ -89,6 +196,7 @@ def _bitwise(name, symbol):
     def impl(xp, a, b):
         return getattr(xp, name)(a, b)
 
+    impl.__name__ = name
     impl.__doc__ = f"``a {symbol} b`` on integer or bool tensors."
     return op(name, kind="elementwise", promote="integer", template=f"a {symbol} b")(impl)
 
@@ -100,11 +208,40 @@ bitwise_xor = _bitwise("bitwise_xor", "^")
 
 @op("where", kind="elementwise", promote="common", promote_from=1, method=False, template="where(a, b, c)")
 def where(xp, condition, a, b):
-    """``a`` where ``condition`` holds, else ``b``."""
-    return xp.where(condition, a, b)
+    """``a`` where ``condition`` holds, else ``b``; ``a`` and ``b`` may be numbers."""
+    if getattr(condition, "dtype", None) != bool:
+        raise DTypeError(f"where: condition must be a bool tensor, got {_described(condition)}; "
+                         f"compare first, e.g. where(x > 0, ...), or cast with .bool()")
+    out = xp.where(condition, a, b)
+    if not (hasattr(a, "dtype") or hasattr(b, "dtype")):  # two numbers: PyTorch's dtype, not numpy's float64
+        out = out.astype(_dt.result_type((), (), (a, b)).np, copy=False)
+    return out
 
 
-@op("lerp", kind="elementwise", promote="common", template="a + c * (b - a)")
+def _described(value):
+    return f"dtype {value.dtype}" if hasattr(value, "dtype") else type(value).__name__
+
+
+@op("lerp", kind="elementwise", promote="float",
+    template="where(abs(c) < 0.5, a + c * (b - a), b - (b - a) * (1 - c))")
 def lerp(xp, a, b, weight):
-    """``a + weight * (b - a)``."""
-    return xp.add(a, xp.multiply(weight, xp.subtract(b, a)))
+    """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``)."""
+    if not hasattr(weight, "dtype"):
+        if -0.5 < weight < 0.5:
+            out = xp.subtract(b, a)
+            out *= weight
+            out += a
+        else:  # b - (b - a) * (1 - weight), with the signs folded in
+            out = xp.subtract(a, b)
+            out *= 1 - weight
+            out += b
+        return out
+    diff = xp.subtract(b, a)
+    if weight.dtype != diff.dtype:  # a weight passed by keyword skips promotion
+        weight = weight.astype(diff.dtype)
+    low = weight * diff
+    low += a
+    high = weight - 1
+    high = high * diff
+    high += b
+    return xp.where(xp.abs(weight) < 0.5, low, high)

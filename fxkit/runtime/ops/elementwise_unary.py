@@ -1,29 +1,326 @@
-"""Elementwise ops of one input (activations and math functions)."""
+"""Elementwise ops of one input: math functions, activations, rounding, clamp.
+
+Dtypes follow PyTorch: math functions and activations turn integer and bool
+tensors into float32 (``promote="float"``); ``neg``, ``abs``, ``relu``, ``sign``,
+``floor``, ``ceil``, ``round`` and ``clamp`` keep integer dtypes; ``isnan`` and
+``logical_not`` give bool. Impls made of several steps update one fresh buffer
+in place (``out = xp.negative(a); xp.exp(out, out=out)``) so an op allocates
+once, like a fused kernel would.
+"""
+import functools
+import math
+
+import numpy as np
+
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime.dtypes import from_numpy
+from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops import intrinsics
+from fxkit.runtime.ops.elementwise_binary import promoted_meta
+
+_SQRT1_2 = 0.7071067811865476
+_SQRT_2_OVER_PI = 0.7978845608028654
+# exp(-x) is clamped here so 1 + exp(-x) never overflows (and numpy never warns):
+# 1 / (1 + exp(88)) is below float32's smallest normal number, as is the exact value.
+_EXP_LIMIT = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
+
+
+def _in_place_steps(impl):
+    """Run ``impl`` on an input it may update buffers of in place.
+
+    numpy returns scalars, not arrays, from ufuncs on 0-d arrays, and ``out=``
+    cannot write into a scalar: a 0-d input runs as a 1-element array. Half
+    precision runs in float32 and is rounded once at the end, as PyTorch
+    computes it (and so ``exp`` of a float16 cannot overflow halfway).
+    """
+
+    @functools.wraps(impl)
+    def run(xp, a, *args, **kwargs):
+        try:
+            direct = a.ndim and a.itemsize >= 4
+        except AttributeError:
+            raise DTypeError(f"{impl.__name__}: expected a tensor, got {type(a).__name__} {a!r}") from None
+        if direct:
+            return impl(xp, a, *args, **kwargs)
+        wide = a.reshape(a.shape or (1,))
+        if a.itemsize < 4:
+            wide = wide.astype(np.float32)
+        return impl(xp, wide, *args, **kwargs).astype(a.dtype, copy=False).reshape(a.shape)
+
+    return run
 
 
 @op("neg", kind="elementwise", promote="common", template="-a")
 def neg(xp, a):
-    return xp.negative(a)
+    """``-a``."""
+    try:
+        return xp.negative(a)
+    except TypeError:
+        if a.dtype.kind != "b":
+            raise
+        raise DTypeError("neg: negation, the `-` operator, on a bool tensor is not supported; "
+                         "use logical_not() or the `~` operator instead") from None
+
+
+@op("abs", kind="elementwise", promote="common", template="abs(a)")
+def abs(xp, a):  # noqa: A001
+    """``|a|``; integer dtypes stay integer."""
+    return xp.abs(a)
+
+
+def _math(name, doc, ufunc=None):
+    ufunc = ufunc or name
+
+    def impl(xp, a):
+        return getattr(xp, ufunc)(a)
+
+    impl.__name__ = name
+    impl.__doc__ = f"{doc}; integer and bool tensors give float32."
+    return op(name, kind="elementwise", promote="float", template=f"{ufunc}(a)")(impl)
+
+
+exp = _math("exp", "``e ** a``")
+log = _math("log", "Natural logarithm")
+log1p = _math("log1p", "``log(1 + a)``, accurate for small ``a``")
+expm1 = _math("expm1", "``exp(a) - 1``, accurate for small ``a``")
+sqrt = _math("sqrt", "Square root")
+sin = _math("sin", "Sine")
+cos = _math("cos", "Cosine")
+tanh = _math("tanh", "Hyperbolic tangent")
+
+
+@op("erf", kind="elementwise", promote="float", template="erf(a)")
+def erf(xp, a):
+    """The error function ``2/sqrt(pi) * integral(exp(-t**2), 0, a)``."""
+    if not hasattr(a, "dtype"):  # a Python number, given no tensor
+        return math.erf(a)
+    return intrinsics.erf(xp, a)
+
+
+@op("rsqrt", kind="elementwise", promote="float", template="1 / sqrt(a)")
+@_in_place_steps
+def rsqrt(xp, a):
+    """``1 / sqrt(a)``."""
+    out = xp.sqrt(a)
+    xp.reciprocal(out, out=out)
+    return out
+
+
+@op("reciprocal", kind="elementwise", promote="float", template="1 / a")
+def reciprocal(xp, a):
+    """``1 / a``; integer and bool tensors give float32."""
+    return xp.reciprocal(a)
+
+
+@op("sigmoid", kind="elementwise", promote="float", template="1 / (1 + exp(-a))")
+@_in_place_steps
+def sigmoid(xp, a):
+    """``1 / (1 + exp(-a))``, PyTorch's formula, keeping full relative accuracy for very negative ``a``."""
+    out = xp.negative(a)
+    xp.minimum(out, _EXP_LIMIT[out.dtype], out=out)
+    xp.exp(out, out=out)
+    out += 1.0
+    xp.reciprocal(out, out=out)
+    return out
+
+
+@op("silu", kind="elementwise", promote="float", template="a / (1 + exp(-a))")
+@_in_place_steps
+def silu(xp, a):
+    """``a * sigmoid(a)``, computed as PyTorch does: ``a / (1 + exp(-a))``."""
+    out = xp.negative(a)
+    xp.minimum(out, _EXP_LIMIT[out.dtype], out=out)
+    xp.exp(out, out=out)
+    out += 1.0
+    xp.divide(a, out, out=out)
+    return out
 
 
 @op("relu", kind="elementwise", promote="common", template="maximum(a, 0)")
 def relu(xp, a):
-    """``max(a, 0)``; NaN stays NaN."""
-    return xp.maximum(a, 0)
+    """``max(a, 0)``; NaN stays NaN, integer dtypes stay integer."""
+    # NOTE: False, not 0: numpy would turn a bool tensor and the Python int 0 into int64.
+    return xp.maximum(a, False)
 
 
-@op("exp", kind="elementwise", promote="float", template="exp(a)")
-def exp(xp, a):
-    return xp.exp(a)
+@op("leaky_relu", kind="elementwise", promote="float", template="where(a > 0, a, a * negative_slope)")
+@_in_place_steps
+def leaky_relu(xp, a, negative_slope=0.01):
+    """``a`` where ``a > 0``, else ``a * negative_slope``."""
+    out = a * negative_slope
+    if 0.0 <= negative_slope <= 1.0:  # then the result is the larger of the two, in one pass
+        xp.maximum(out, a, out=out)
+        return out
+    return xp.where(a > 0, a, out)
+
+
+def _gelu_template(approximate="none"):
+    if approximate == "tanh":
+        return f"0.5 * a * (1 + tanh({_SQRT_2_OVER_PI!r} * (a + 0.044715 * a * a * a)))"
+    return f"0.5 * a * (1 + erf(a * {_SQRT1_2!r}))"
+
+
+@op("gelu", kind="elementwise", promote="float", template=_gelu_template)
+@_in_place_steps
+def gelu(xp, a, approximate="none"):
+    """Gaussian error linear unit ``a * Phi(a)``.
+
+    Args:
+        approximate: ``'none'`` for the exact ``0.5 * a * (1 + erf(a / sqrt(2)))``,
+            ``'tanh'`` for ``0.5 * a * (1 + tanh(sqrt(2 / pi) * (a + 0.044715 * a**3)))``.
+    """
+    if approximate == "none":
+        out = intrinsics.erf(xp, a * _SQRT1_2)
+    elif approximate == "tanh":
+        out = a * a
+        out *= 0.044715
+        out += 1.0
+        out *= a
+        out *= _SQRT_2_OVER_PI
+        xp.tanh(out, out=out)
+    else:
+        raise ShapeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    out += 1.0
+    out *= a
+    out *= 0.5
+    return out
+
+
+def _keep_integers(name, a):
+    """``floor``/``ceil``/``round`` of an integer tensor: a copy, as in PyTorch."""
+    if a.dtype.kind == "b":
+        raise DTypeError(f"{name}: not supported for bool tensors; cast with .int() or .float() first")
+    return a.copy()
+
+
+@op("floor", kind="elementwise", promote="common", template="floor(a)")
+def floor(xp, a):
+    """Round toward -inf; integer tensors are returned unchanged (copied)."""
+    return xp.floor(a) if a.dtype.kind == "f" else _keep_integers("floor", a)
+
+
+@op("ceil", kind="elementwise", promote="common", template="ceil(a)")
+def ceil(xp, a):
+    """Round toward +inf; integer tensors are returned unchanged (copied)."""
+    return xp.ceil(a) if a.dtype.kind == "f" else _keep_integers("ceil", a)
+
+
+def _round_template(decimals=0):
+    if decimals == 0:
+        return "rint(a)"
+    scale = 10.0 ** decimals if decimals > 0 else 10.0 ** -decimals
+    return f"rint(a * {scale!r}) / {scale!r}" if decimals > 0 else f"rint(a / {scale!r}) * {scale!r}"
+
+
+@op("round", kind="elementwise", promote="common", template=_round_template)
+def round(xp, a, decimals=0):  # noqa: A001
+    """Round half to even (``round(2.5) == 2``), to ``decimals`` decimal places.
+
+    Like PyTorch, ``decimals != 0`` scales by ``10 ** decimals``, rounds and
+    scales back, so the result is the float nearest to that, not an exact decimal.
+    """
+    if a.dtype.kind != "f":
+        if decimals != 0:
+            raise DTypeError(f"round: decimals={decimals} needs a floating-point tensor, got {a.dtype}")
+        return _keep_integers("round", a)
+    if decimals == 0:
+        return xp.rint(a)
+    return _round_decimals(xp, a, decimals)
+
+
+@_in_place_steps
+def _round_decimals(xp, a, decimals):
+    if decimals > 0:
+        scale = 10.0 ** decimals
+        out = a * scale
+        xp.rint(out, out=out)
+        out /= scale
+    else:
+        scale = 10.0 ** -decimals
+        out = a / scale
+        xp.rint(out, out=out)
+        out *= scale
+    return out
+
+
+@op("sign", kind="elementwise", promote="common", template="where(a > 0, 1, where(a < 0, -1, 0))")
+def sign(xp, a):
+    """-1, 0 or 1 by the sign of ``a``; NaN gives 0, as PyTorch's CPU kernel does."""
+    if a.dtype.kind == "b":
+        return a.copy()
+    return xp.subtract(a > 0, a < 0, dtype=a.dtype)
+
+
+def _clamp_template(min=None, max=None):  # noqa: A002
+    if min is None:
+        return "minimum(a, max)"
+    return "maximum(a, min)" if max is None else "minimum(maximum(a, min), max)"
+
+
+def _clamp_rule(a, min=None, max=None):  # noqa: A002
+    bounds = [v for v in (min, max) if v is not None]
+    if not bounds:
+        raise _no_bounds()
+    return promoted_meta("clamp", a, *bounds)
+
+
+def _no_bounds():
+    return ShapeError("clamp: at least one of min and max must be given (not None)")
+
+
+def _needs_cast(a, bound):
+    """Whether ``clamp(a, bound)`` has a result dtype other than ``a``'s."""
+    kind = type(bound)
+    if bound is None or kind is bool:
+        return False
+    if kind is int:
+        return a.dtype.kind == "b"
+    if kind is float:
+        return a.dtype.kind != "f"
+    return getattr(bound, "dtype", None) != a.dtype
+
+
+@op("clamp", kind="elementwise", promote="common", template=_clamp_template, shape_rule=_clamp_rule)
+def clamp(xp, a, min=None, max=None):  # noqa: A002
+    """Limit ``a`` to ``[min, max]``: ``minimum(maximum(a, min), max)``.
+
+    ``min`` and ``max`` are numbers or tensors (broadcast against ``a``) and take
+    part in dtype promotion as in PyTorch (an int tensor clamped by 0.5 is float32).
+    When ``min > max`` every element becomes ``max``; NaN stays NaN.
+    """
+    if min is None and max is None:
+        raise _no_bounds()
+    if _needs_cast(a, min) or _needs_cast(a, max):
+        a, min, max = _cast_to_result(a, min, max)
+    if min is None:
+        return xp.minimum(a, max)
+    out = xp.maximum(a, min)
+    if max is None:
+        return out
+    return xp.minimum(out, max, out=out) if out.ndim else xp.minimum(out, max)
+
+
+def _cast_to_result(*values):
+    """``values`` (arrays, numbers and Nones) cast to their PyTorch result dtype."""
+    metas = [TensorMeta(v.shape, from_numpy(v.dtype)) if hasattr(v, "dtype") else v for v in values if v is not None]
+    target = promoted_meta("clamp", *metas).dtype.np
+    return [v.astype(target) if hasattr(v, "dtype") and v.dtype != target else v for v in values]
+
+
+@op("logical_not", kind="elementwise", promote="bool", template="logical_not(a)")
+def logical_not(xp, a):
+    """``not a`` elementwise, as a bool tensor (nonzero is true)."""
+    return xp.logical_not(a)
+
+
+@op("isnan", kind="elementwise", promote="compare", template="isnan(a)")
+def isnan(xp, a):
+    """Where ``a`` is NaN, as a bool tensor (all false for integer tensors)."""
+    return xp.isnan(a)
 
 
 @op("bitwise_not", kind="elementwise", promote="integer", template="~a")
 def bitwise_not(xp, a):
     """``~a``: logical not for bool tensors, two's complement for integers."""
     return xp.invert(a)
-
-
-@op("abs", kind="elementwise", promote="common", template="abs(a)")
-def abs(xp, a):
-    return xp.abs(a)

@@ -186,7 +186,7 @@ def tensor(data, dtype=None, device=None):
             dtype = _dt.bool_
         else:
             raise DTypeError(f"tensor(): unsupported element type {array.dtype}")
-    array = np.ascontiguousarray(array.astype(dtype.np, copy=False))
+    array = np.asarray(array.astype(dtype.np, copy=False), order="C")  # ascontiguousarray would make 0-d 1-d
     t = Tensor._make(array, cpu)
     if device is not None and Device(device) is not cpu:
         t = t.to(device)

@@ -1,66 +1,402 @@
-"""Indexing: getitem and setitem (basic and advanced indexing)."""
+"""Indexing: ``x[index]`` and ``x[index] = value`` with PyTorch's rules.
+
+numpy's indexing is PyTorch's except in three places, fixed up here:
+integers next to advanced (tensor) indices are selects applied first
+(``x[0, :, idx]`` has shape ``[6, 4]`` for ``x`` of shape ``[5, 6, 7]``, numpy
+gives ``[4, 6]``); an Ellipsis that stands for no dimension does not separate
+advanced indices; and negative slice steps are refused. 0-d integer tensors
+index like ints, and an all-integer index returns a 0-d view, not a copy.
+"""
+import math
+
 import numpy as np
 
-from fxkit.errors import IndexOutOfRangeError, ShapeError
+from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime import dtypes as _dt
-from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.tensor import Tensor
 
-
-def raw_index(index):
-    """An index with its Tensors replaced by their arrays (anywhere in a tuple)."""
-    if isinstance(index, Tensor):
-        return index._data
-    if isinstance(index, tuple):
-        return tuple(raw_index(i) for i in index)
-    if isinstance(index, list) and any(isinstance(i, Tensor) for i in index):
-        return [raw_index(i) for i in index]
-    return index
+_INT_CATEGORY = 1
 
 
-def _meta_index(index):
-    """Stand-in index arrays for TensorMeta (integer zeros; masks cannot be sized)."""
-    if isinstance(index, TensorMeta):
-        if index.dtype is _dt.bool_:
+def _item(i, name):
+    """One index item with Tensors unwrapped, 0-d integer indices as ints, steps checked."""
+    if isinstance(i, Tensor):
+        i = i._data
+    t = type(i)
+    if t is int or t is slice and (i.step is None or i.step > 0) or i is None or i is Ellipsis:
+        return i
+    if t is slice:
+        raise ShapeError(f"{name}: step must be greater than zero, got slice {i.start}:{i.stop}:{i.step}; "
+                         f"use .flip(dim) to reverse a dimension")
+    if isinstance(i, TensorMeta):
+        return 0 if not i.shape and i.dtype.category == _INT_CATEGORY else i
+    if isinstance(i, np.integer):
+        return int(i)
+    if hasattr(i, "ndim") and i.ndim == 0 and i.dtype.kind in "iu":
+        return int(i)
+    if isinstance(i, list) and any(isinstance(x, Tensor) for x in i):
+        return [x._data if isinstance(x, Tensor) else x for x in i]
+    return i
+
+
+def _is_advanced(i):
+    return not (type(i) is int or type(i) is slice or i is None or i is Ellipsis)
+
+
+def _consumed(i):
+    """How many input dimensions an index item uses up."""
+    if i is None or i is Ellipsis or type(i) is bool:
+        return 0
+    if type(i) is int or type(i) is slice:
+        return 1
+    dtype = getattr(i, "dtype", None)
+    if dtype is _dt.bool_ or getattr(dtype, "kind", None) == "b":
+        return len(i.shape)
+    return 1
+
+
+def _as_tuple(index):
+    """PyTorch's (and old numpy's) rule: a short list holding tensors, sequences, slices,
+    None or Ellipsis is a tuple of indices; other lists are one integer or mask index.
+    (Dispatch also hands ``x[t1, t2]`` over as a list, having unwrapped its tensors.)"""
+    if type(index) is tuple:
+        return index
+    if type(index) is list and len(index) < 32 and any(
+            i is None or i is Ellipsis or isinstance(i, (slice, list, tuple, Tensor)) or hasattr(i, "ndim")
+            for i in index):
+        return tuple(index)
+    return (index,)
+
+
+def torch_index(index, ndim, name="getitem"):
+    """``(first, second)``: numpy indices that give PyTorch's result of ``x[index]``
+    applied one after the other; ``second`` is None when one step suffices."""
+    items = index if type(index) is tuple else _as_tuple(index)
+    for i in items:  # fast path: basic indexing passes through as it is
+        t = type(i)
+        if not (t is int or i is None or i is Ellipsis or t is slice and (i.step is None or i.step > 0)):
+            break
+    else:
+        return items, None
+    items = tuple(_item(i, name) for i in items)
+    if not any(_is_advanced(i) for i in items):
+        return items, None
+    if any(i is Ellipsis for i in items) and sum(_consumed(i) for i in items) == ndim:
+        items = tuple(i for i in items if i is not Ellipsis)
+    if not any(type(i) is int for i in items):
+        return items, None
+    first, second = [], []
+    for i in items:
+        if type(i) is int:
+            first.append(i)
+        elif i is None:
+            second.append(i)
+        elif i is Ellipsis:
+            first.append(i)
+            second.append(i)
+        else:
+            first.extend([slice(None)] * _consumed(i))
+            second.append(i)
+    return tuple(first), tuple(second)
+
+
+def _out_of_range(name, exc, a, index):
+    message = str(exc).replace(" axis ", " dimension ")
+    return IndexOutOfRangeError(f"{name}: {message} (tensor of shape {list(a.shape)}, index {index!r})")
+
+
+def _slice_len(n, s):
+    if type(n) is int:
+        return len(range(*s.indices(n)))
+    start, stop, step = s.start, s.stop, s.step or 1
+    if start is None and stop is None:
+        return n if step == 1 else (n + step - 1) // step
+    # NOTE: a symbolic dim is assumed long enough for the slice's bounds
+    start = 0 if start is None else (start + n if start < 0 else start)
+    stop = n if stop is None else (stop + n if stop < 0 else stop)
+    length = stop if type(start) is int and start == 0 else stop - start
+    return length if step == 1 else (length + step - 1) // step
+
+
+def _advanced_shape(i):
+    """The broadcast shape an advanced index item contributes."""
+    if isinstance(i, TensorMeta):
+        if i.dtype is _dt.bool_:
             raise ShapeError("getitem: the result shape of a boolean mask depends on its values "
                              "and cannot be inferred without running")
-        return np.zeros(index.shape, dtype=np.intp)
-    if isinstance(index, tuple):
-        return tuple(_meta_index(i) for i in index)
-    return index
+        return tuple(i.shape)
+    if type(i) is bool:
+        return (int(i),)
+    arr = np.asarray(i)
+    return (int(arr.sum()),) if arr.dtype == np.bool_ else arr.shape
+
+
+def numpy_index_shape(shape, items, name="getitem"):
+    """The shape of ``array[items]`` under numpy's rules, from the shape alone."""
+    ndim = len(shape)
+    used = sum(_consumed(i) for i in items)
+    if used > ndim:
+        raise IndexOutOfRangeError(f"{name}: too many indices for tensor of dimension {ndim} (index {items!r})")
+    ellipses = [k for k, i in enumerate(items) if i is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexOutOfRangeError(f"{name}: an index can only have a single ellipsis (index {items!r})")
+    fill = (slice(None),) * (ndim - used)
+    items = items[:ellipses[0]] + fill + items[ellipses[0] + 1:] if ellipses else items + fill
+    out, advanced, places = [], [], []
+    p = 0
+    for k, i in enumerate(items):
+        if i is None:
+            out.append(1)
+        elif type(i) is slice:
+            out.append(_slice_len(shape[p], i))
+        elif type(i) is int:
+            n = shape[p]
+            if type(n) is int and not -n <= i < n:
+                raise IndexOutOfRangeError(f"{name}: index {i} is out of bounds for dimension {p} with size {n}")
+        else:
+            advanced.append(_advanced_shape(i))
+            places.append((k, len(out)))
+        p += _consumed(i)
+    if advanced:
+        joined = broadcast_shapes(*advanced, op_name=name)
+        ks = [k for k, _ in places]
+        at = places[0][1] if ks == list(range(ks[0], ks[0] + len(ks))) else 0
+        out[at:at] = joined
+    return tuple(out)
 
 
 def _getitem_rule(a, index):
-    if isinstance(a, (list, tuple)):
+    if not isinstance(a, TensorMeta):
         return a[index]
-    fake = np.lib.stride_tricks.as_strided(np.zeros((), dtype=np.bool_), shape=a.shape,
-                                           strides=(0,) * len(a.shape))
-    return TensorMeta(fake[_meta_index(index)].shape, a.dtype, a.device)
+    first, second = torch_index(index, len(a.shape))
+    shape = numpy_index_shape(tuple(a.shape), first)
+    if second is not None:
+        shape = numpy_index_shape(shape, second)
+    return TensorMeta(shape, a.dtype, a.device)
 
 
 @op("getitem", kind="view", shape_rule=_getitem_rule, method=False)
 def getitem(xp, a, index):
-    """``a[index]`` with numpy's (= PyTorch's) basic and advanced indexing; also picks
-    an element of a tuple or list (the outputs of ``chunk`` or ``max``)."""
-    if isinstance(a, (list, tuple)):
+    """``a[index]`` with PyTorch's basic and advanced indexing; also picks an element
+    of a tuple, list or dict (the outputs of ``chunk`` or ``max``, nested graph inputs)."""
+    if isinstance(a, (list, tuple, dict)):
         return a[index]
+    first, second = torch_index(index, a.ndim)
     try:
-        return a[raw_index(index)]
+        out = a[first]
+        if second is not None:
+            out = out[second]
     except IndexError as exc:
-        raise IndexOutOfRangeError(f"getitem: {exc} (tensor of shape {list(a.shape)}, index {index!r})") from None
+        raise _out_of_range("getitem", exc, a, index) from None
+    if isinstance(out, np.generic):
+        return a[first + (Ellipsis,)]
+    return out
 
 
-def _setitem_rule(a, index, value):
-    return None
-
-
-@op("setitem", kind="other", shape_rule=_setitem_rule, method=False, pure=False)
+@op("setitem", kind="other", shape_rule=lambda a, index, value: None, method="__setitem__", pure=False)
 def setitem(xp, a, index, value):
-    """``a[index] = value`` in place; returns None like Python's assignment."""
-    value = value._data if isinstance(value, Tensor) else value
+    """``a[index] = value`` in place (``value`` is cast to ``a``'s dtype); returns None."""
+    first, second = torch_index(index, a.ndim, "setitem")
     try:
-        a[raw_index(index)] = value
+        if second is None:
+            a[first] = value
+        else:
+            a[first][second] = value
     except IndexError as exc:
-        raise IndexOutOfRangeError(f"setitem: {exc} (tensor of shape {list(a.shape)}, index {index!r})") from None
+        raise _out_of_range("setitem", exc, a, index) from None
+    except ValueError as exc:
+        if not getattr(a.flags, "writeable", True):
+            raise ShapeError("setitem: the tensor is a read-only broadcast view (from expand); more than one of "
+                             "its elements refers to a single memory location; call .clone() or "
+                             ".contiguous() before writing into it") from None
+        got = list(getattr(value, "shape", ()))
+        raise ShapeError(f"setitem: shape mismatch: value of shape {got} cannot be broadcast to the indexing "
+                         f"result of tensor of shape {list(a.shape)} with index {index!r} ({exc})") from None
     return None
+
+
+def _is_integer(index):
+    if isinstance(index, TensorMeta):
+        return index.dtype.category == _INT_CATEGORY
+    return getattr(index, "dtype", None) is not None and index.dtype.kind in "iu"
+
+
+def _check_integer(name, index):
+    if not _is_integer(index):
+        got = getattr(index, "dtype", type(index).__name__)
+        raise DTypeError(f"{name}: expected an integer (int64) index tensor, got {getattr(got, 'name', got)}")
+
+
+def _differ_larger(x, y):
+    return type(x) is int and type(y) is int and x > y
+
+
+def along_layout(name, shape, dim, index, src_shape=None):
+    """Check ``gather``/``scatter``'s index against the input (and ``src``); return the dim."""
+    _check_integer(name, index)
+    ishape = tuple(index.shape)
+    d = normalize_dim(dim, len(shape), name)
+    if max(len(shape), 1) != max(len(ishape), 1):
+        raise ShapeError(f"{name}: index tensor must have the same number of dimensions as the input tensor; "
+                         f"input shape {list(shape)}, index shape {list(ishape)}")
+    for i, (x, y) in enumerate(zip(ishape, shape)):
+        if i != d and _differ_larger(x, y):
+            raise ShapeError(f"{name}: size does not match at dimension {i}: expected index {list(ishape)} to be "
+                             f"no larger than the input {list(shape)} apart from dimension {d}")
+    if src_shape is not None:
+        for i, (x, y) in enumerate(zip(ishape, src_shape)):
+            if _differ_larger(x, y):
+                raise ShapeError(f"{name}: expected index {list(ishape)} to be no larger than src "
+                                 f"{list(src_shape)} (dimension {i})")
+    return d
+
+
+def _check_bounds(name, index, d, n):
+    """Indices must lie in ``[0, n)``; PyTorch does not wrap negative ones here."""
+    if index.size:
+        lo, hi = int(index.min()), int(index.max())
+        if lo < 0 or hi >= n:
+            raise IndexOutOfRangeError(f"{name}: index {lo if lo < 0 else hi} is out of bounds for dimension {d} "
+                                       f"with size {n}")
+
+
+def _along(xp, index, d):
+    """The advanced index that pairs ``index`` along ``d`` with every position elsewhere."""
+    ndim = index.ndim
+    return tuple(index if i == d else xp.arange(index.shape[i]).reshape((-1,) + (1,) * (ndim - 1 - i))
+                 for i in range(ndim))
+
+
+def _gather_rule(a, dim, index):
+    along_layout("gather", tuple(a.shape), dim, index)
+    return TensorMeta(tuple(index.shape), a.dtype, a.device)
+
+
+@op("gather", kind="other", shape_rule=_gather_rule)
+def gather(xp, a, dim, index):
+    """``out[i][j] = a[i][index[i][j]]`` for ``dim=1``: values picked along ``dim``."""
+    d = along_layout("gather", a.shape, dim, index)
+    shape = index.shape
+    if a.ndim == 0 or index.ndim == 0:
+        a, index = a.reshape(-1), index.reshape(-1)
+    _check_bounds("gather", index, d, a.shape[d])
+    return a[_along(xp, index, d)].reshape(shape)
+
+
+def _scatter_source(src, value):
+    if src is not None and value is not None:
+        raise ShapeError("scatter: give either src (a tensor) or value (a number), not both")
+    if src is None and value is None:
+        raise ShapeError("scatter: missing src (a tensor) or value (a number) to write")
+    return (None, src) if src is not None and not hasattr(src, "shape") else (src, value)
+
+
+def _scatter_rule(a, dim, index, src=None, value=None):
+    src, value = _scatter_source(src, value)
+    along_layout("scatter", tuple(a.shape), dim, index, None if src is None else tuple(src.shape))
+    if src is not None and src.dtype is not a.dtype:
+        raise _scatter_dtype_error(a.dtype, src.dtype)
+    return TensorMeta(tuple(a.shape), a.dtype, a.device)
+
+
+def _scatter_dtype_error(a_dtype, src_dtype):
+    return DTypeError(f"scatter: expected self.dtype to be equal to src.dtype, got {a_dtype.name} and "
+                      f"{src_dtype.name}; cast src with .to({a_dtype.name})")
+
+
+@op("scatter", kind="other", shape_rule=_scatter_rule)
+def scatter(xp, a, dim, index, src=None, value=None):
+    """A copy of ``a`` with ``out[i][index[i][j]] = src[i][j]`` for ``dim=1`` (or ``value``)."""
+    src, value = _scatter_source(src, value)
+    d = along_layout("scatter", a.shape, dim, index, None if src is None else src.shape)
+    if src is not None and src.dtype != a.dtype:
+        raise _scatter_dtype_error(_dt.from_numpy(a.dtype), _dt.from_numpy(src.dtype))
+    shape = a.shape
+    if a.ndim == 0 or index.ndim == 0:
+        a, index = a.reshape(-1), index.reshape(-1)
+        src = None if src is None else src.reshape(-1)
+    _check_bounds("scatter", index, d, a.shape[d])
+    out = a.copy()
+    fill = value if src is None else src[tuple(slice(0, s) for s in index.shape)]
+    out[_along(xp, index, d)] = fill
+    return out.reshape(shape)
+
+
+def _index_select_shape(name, shape, dim, index):
+    _check_integer(name, index)
+    if len(index.shape) > 1:
+        raise IndexOutOfRangeError(f"{name}: index is supposed to be a vector (0-d or 1-d), "
+                                   f"got shape {list(index.shape)}")
+    d = normalize_dim(dim, len(shape), name)
+    if not shape:
+        return d, ()
+    return d, tuple(shape[:d]) + (math.prod(index.shape),) + tuple(shape[d + 1:])
+
+
+def _index_select_rule(a, dim, index):
+    _, shape = _index_select_shape("index_select", a.shape, dim, index)
+    return TensorMeta(shape, a.dtype, a.device)
+
+
+@op("index_select", kind="other", shape_rule=_index_select_rule)
+def index_select(xp, a, dim, index):
+    """The entries of ``a`` at positions ``index`` (a vector) along ``dim``."""
+    d, shape = _index_select_shape("index_select", a.shape, dim, index)
+    index = index.reshape(-1)
+    n = a.shape[d] if a.ndim else 1
+    _check_bounds("index_select", index, d, n)
+    return xp.take(a.reshape(-1) if not a.ndim else a, index, axis=d).reshape(shape)
+
+
+def _masked_fill_check(mask, value):
+    dtype = getattr(mask, "dtype", None)
+    if dtype is not _dt.bool_ and getattr(dtype, "kind", None) != "b":
+        got = getattr(dtype, "name", dtype) if dtype is not None else f"{type(mask).__name__} (not a tensor)"
+        raise DTypeError(f"masked_fill: only supports boolean masks, but got mask with dtype {got}; "
+                         f"build it with a comparison (x > 0) or .bool()")
+    if hasattr(value, "shape") and len(value.shape):
+        raise ShapeError(f"masked_fill: only supports a 0-dimensional value tensor, but got a tensor of shape "
+                         f"{list(value.shape)}")
+
+
+def _masked_fill_rule(a, mask, value):
+    _masked_fill_check(mask, value)
+    return TensorMeta(broadcast_shapes(a.shape, mask.shape, op_name="masked_fill"), a.dtype, a.device)
+
+
+@op("masked_fill", kind="elementwise", promote="keep", template="where(b, c, a)", shape_rule=_masked_fill_rule)
+def masked_fill(xp, a, mask, value):
+    """``value`` where ``mask`` is True, else ``a``; the result keeps ``a``'s dtype."""
+    _masked_fill_check(mask, value)
+    value = value.astype(a.dtype) if hasattr(value, "shape") else a.dtype.type(value)
+    return xp.where(mask, value, a)
+
+
+def _check_matrix(name, shape):
+    if len(shape) < 2:
+        raise ShapeError(f"{name}: input tensor must have at least 2 dimensions, got shape {list(shape)}")
+
+
+def _triangle_rule(name):
+    def rule(a, diagonal=0):
+        _check_matrix(name, a.shape)
+        return TensorMeta(tuple(a.shape), a.dtype, a.device)
+
+    return rule
+
+
+@op("tril", kind="other", shape_rule=_triangle_rule("tril"))
+def tril(xp, a, diagonal=0):
+    """The lower triangle of the last two dims (on and below ``diagonal``); the rest zeroed."""
+    _check_matrix("tril", a.shape)
+    return xp.tril(a, diagonal)
+
+
+@op("triu", kind="other", shape_rule=_triangle_rule("triu"))
+def triu(xp, a, diagonal=0):
+    """The upper triangle of the last two dims (on and above ``diagonal``); the rest zeroed."""
+    _check_matrix("triu", a.shape)
+    return xp.triu(a, diagonal)

@@ -1,20 +1,36 @@
-"""Linear algebra: matmul and friends, on BLAS through numpy/cupy."""
+"""Linear algebra on BLAS through numpy/cupy: matmul, mm, bmm, linear, addmm,
+baddbmm and einsum.
+
+These are the hot ops of most models, so the eager path does no shape
+arithmetic of its own: it lets ``xp.matmul`` run and only on its failure
+works out PyTorch's error message from the shapes (``_matmul_shape``).
+Operands must share a dtype, as in PyTorch (numpy would silently upcast
+``float32 @ float64`` to float64).
+"""
+import math
+
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.einsum_plan import cached_plan, contract, plan_einsum
+
+
+def _dims(shape):
+    return "x".join(str(d) for d in shape)
 
 
 def _matmul_shape(a_shape, b_shape, name="matmul"):
+    """Result shape of ``matmul`` (numpy's rules for 1-d operands and batch broadcasting),
+    or a ShapeError with PyTorch's message."""
     if len(a_shape) == 0 or len(b_shape) == 0:
         raise ShapeError(f"{name}: both arguments need at least 1 dimension, got shapes "
                          f"{list(a_shape)} and {list(b_shape)}")
     a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
     b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
     if str(a2[-1]) != str(b2[-2]):
-        left = "x".join(str(d) for d in a2[-2:])
-        right = "x".join(str(d) for d in b2[-2:])
-        raise ShapeError(f"{name}: mat1 and mat2 shapes cannot be multiplied ({left} and {right})")
+        raise ShapeError(f"{name}: mat1 and mat2 shapes cannot be multiplied "
+                         f"({_dims(a2[-2:])} and {_dims(b2[-2:])})")
     batch = broadcast_shapes(a2[:-2], b2[:-2], op_name=name)
     out = batch + (a2[-2], b2[-1])
     if len(a_shape) == 1:
@@ -24,21 +40,217 @@ def _matmul_shape(a_shape, b_shape, name="matmul"):
     return out
 
 
-def _dt_error(name, x, y):
-    return DTypeError(f"{name}: expected both inputs to have the same dtype, got "
-                      f"{_dt.from_numpy(x).name} and {_dt.from_numpy(y).name}; cast one with .to()")
+def _dt_error(name, *dtypes):
+    names = " and ".join(_dt.from_numpy(getattr(d, "np", d)).name for d in dtypes)
+    return DTypeError(f"{name}: expected all inputs to have the same dtype, got {names}; cast with .to()")
 
 
+def _same_dtype(name, *metas):
+    first = metas[0].dtype
+    if any(m.dtype is not first for m in metas[1:]):
+        raise _dt_error(name, *(m.dtype for m in metas))
+    return first
+
+
+def _require_ndim(name, ndim, **shapes):
+    for role, shape in shapes.items():
+        if len(shape) != ndim:
+            raise ShapeError(f"{name}: {role} must be a {ndim}-D tensor, got shape {list(shape)}")
+
+
+def _scaled_shape(name, input_shape, out_shape, role="input"):
+    """``beta * input`` (or a bias) must broadcast to the product's shape without growing it."""
+    try:
+        fits = broadcast_shapes(input_shape, out_shape, op_name=name) == tuple(out_shape)
+    except ShapeError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"{name}: {role} of shape {list(input_shape)} cannot be broadcast to the "
+                         f"product's shape {list(out_shape)}")
+
+
+# -- matmul, mm, bmm -------------------------------------------------------------
 def _matmul_rule(a, b):
-    if a.dtype is not b.dtype:
-        raise _dt_error("matmul", a.dtype.np, b.dtype.np)
-    return TensorMeta(_matmul_shape(a.shape, b.shape), a.dtype, a.device)
+    return TensorMeta(_matmul_shape(a.shape, b.shape), _same_dtype("matmul", a, b), a.device)
 
 
 @op("matmul", kind="matmul", shape_rule=_matmul_rule)
 def matmul(xp, a, b):
-    """Matrix product with numpy's broadcasting of batch dimensions."""
+    """Matrix product with numpy's broadcasting of batch dimensions (``a @ b``)."""
     if a.dtype != b.dtype:
         raise _dt_error("matmul", a.dtype, b.dtype)
-    _matmul_shape(a.shape, b.shape)
+    try:
+        return xp.matmul(a, b)
+    except ValueError:
+        _matmul_shape(a.shape, b.shape)
+        raise
+
+
+def _mm_shape(name, a_shape, b_shape):
+    _require_ndim(name, 2, self=a_shape, mat2=b_shape)
+    return _matmul_shape(a_shape, b_shape, name)
+
+
+def _mm_rule(a, b):
+    return TensorMeta(_mm_shape("mm", a.shape, b.shape), _same_dtype("mm", a, b), a.device)
+
+
+@op("mm", kind="matmul", shape_rule=_mm_rule)
+def mm(xp, a, b):
+    """Product of two matrices (2-D only; `matmul` broadcasts)."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        _mm_shape("mm", a.shape, b.shape)
+    if a.dtype != b.dtype:
+        raise _dt_error("mm", a.dtype, b.dtype)
     return xp.matmul(a, b)
+
+
+def _bmm_shape(name, a_shape, b_shape):
+    _require_ndim(name, 3, batch1=a_shape, batch2=b_shape)
+    if str(a_shape[0]) != str(b_shape[0]):
+        raise ShapeError(f"{name}: batch1 and batch2 must have the same batch size, got "
+                         f"{a_shape[0]} and {b_shape[0]} (shapes {list(a_shape)} and {list(b_shape)})")
+    return _matmul_shape(a_shape, b_shape, name)
+
+
+def _bmm_rule(a, b):
+    return TensorMeta(_bmm_shape("bmm", a.shape, b.shape), _same_dtype("bmm", a, b), a.device)
+
+
+@op("bmm", kind="matmul", shape_rule=_bmm_rule)
+def bmm(xp, a, b):
+    """Batched product of ``(B, n, m)`` and ``(B, m, p)`` tensors (no batch broadcasting)."""
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        _bmm_shape("bmm", a.shape, b.shape)
+    if a.dtype != b.dtype:
+        raise _dt_error("bmm", a.dtype, b.dtype)
+    return xp.matmul(a, b)
+
+
+# -- linear ------------------------------------------------------------------------
+def _linear_shape(x_shape, w_shape, b_shape):
+    if len(w_shape) not in (1, 2):
+        raise ShapeError(f"linear: weight must be 1-D or 2-D (out_features, in_features), "
+                         f"got shape {list(w_shape)}")
+    in_features = w_shape[-1]
+    if len(x_shape) == 0:
+        raise ShapeError(f"linear: the input must have at least 1 dimension (its last is in_features="
+                         f"{in_features}), got a 0-d tensor")
+    if str(x_shape[-1]) != str(in_features):
+        raise ShapeError(
+            f"linear: mat1 and mat2 shapes cannot be multiplied ({math.prod(x_shape[:-1])}x{x_shape[-1]} "
+            f"and {_dims(tuple(reversed(w_shape)))}): the input's last dimension is {x_shape[-1]} "
+            f"but the weight (shape {list(w_shape)}) has in_features={in_features}")
+    out = _matmul_shape(x_shape, tuple(reversed(w_shape)), "linear")
+    if b_shape is not None:
+        _scaled_shape("linear", b_shape, out, role="bias")
+    return out
+
+
+def _linear_rule(x, weight, bias=None):
+    metas = (x, weight) if bias is None else (x, weight, bias)
+    dtype = _same_dtype("linear", *metas)
+    return TensorMeta(_linear_shape(x.shape, weight.shape, None if bias is None else bias.shape),
+                      dtype, x.device)
+
+
+@op("linear", kind="matmul", shape_rule=_linear_rule, method=False)
+def linear(xp, x, weight, bias=None):
+    """``x @ weight.T + bias`` with PyTorch's layout: ``weight`` is ``(out_features, in_features)``.
+
+    BLAS reads ``weight.T`` without a copy and the bias is added in place to the fresh product.
+    """
+    if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
+        raise _dt_error("linear", *(t.dtype for t in (x, weight, bias) if t is not None))
+    try:
+        out = xp.matmul(x, weight.T)
+    except ValueError:
+        _linear_shape(x.shape, weight.shape, None)
+        raise
+    if bias is not None:
+        try:
+            out += bias
+        except ValueError:
+            _linear_shape(x.shape, weight.shape, bias.shape)
+            raise
+    return out
+
+
+# -- addmm, baddbmm -------------------------------------------------------------------
+def _check_scalars(name, dtype, beta, alpha):
+    if dtype.kind in "biu" and (isinstance(beta, float) or isinstance(alpha, float)):
+        raise DTypeError(f"{name}: beta={beta} and alpha={alpha} must be integers for integer tensors "
+                         f"({_dt.from_numpy(dtype).name}); cast the tensors with .float() first")
+
+
+def _scaled_product(xp, name, inp, product, beta, alpha):
+    """``beta * inp + alpha * product`` in place on the fresh ``product``; ``inp`` is ignored
+    when ``beta == 0`` (NaN in it does not propagate, as in PyTorch)."""
+    _check_scalars(name, product.dtype, beta, alpha)
+    if alpha != 1:
+        product *= alpha
+    if beta != 0:
+        try:
+            product += inp if beta == 1 else inp * beta
+        except ValueError:
+            _scaled_shape(name, inp.shape, product.shape)
+            raise
+    return product
+
+
+def _addmm_rule(inp, a, b, *, beta=1, alpha=1):
+    out = _mm_shape("addmm", a.shape, b.shape)
+    _scaled_shape("addmm", inp.shape, out)
+    return TensorMeta(out, _same_dtype("addmm", inp, a, b), a.device)
+
+
+@op("addmm", kind="matmul", shape_rule=_addmm_rule)
+def addmm(xp, inp, a, b, *, beta=1, alpha=1):
+    """``beta * inp + alpha * (a @ b)`` for matrices ``a``, ``b``; ``inp`` broadcasts to the product."""
+    if inp.dtype != a.dtype or a.dtype != b.dtype:
+        raise _dt_error("addmm", inp.dtype, a.dtype, b.dtype)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        _mm_shape("addmm", a.shape, b.shape)
+    return _scaled_product(xp, "addmm", inp, xp.matmul(a, b), beta, alpha)
+
+
+def _baddbmm_rule(inp, a, b, *, beta=1, alpha=1):
+    out = _bmm_shape("baddbmm", a.shape, b.shape)
+    _scaled_shape("baddbmm", inp.shape, out)
+    return TensorMeta(out, _same_dtype("baddbmm", inp, a, b), a.device)
+
+
+@op("baddbmm", kind="matmul", shape_rule=_baddbmm_rule)
+def baddbmm(xp, inp, a, b, *, beta=1, alpha=1):
+    """``beta * inp + alpha * bmm(a, b)``; ``inp`` broadcasts to the ``(B, n, p)`` product."""
+    if inp.dtype != a.dtype or a.dtype != b.dtype:
+        raise _dt_error("baddbmm", inp.dtype, a.dtype, b.dtype)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        _bmm_shape("baddbmm", a.shape, b.shape)
+    return _scaled_product(xp, "baddbmm", inp, xp.matmul(a, b), beta, alpha)
+
+
+# -- einsum ---------------------------------------------------------------------------
+def _einsum_operands(operands):
+    """``einsum(eq, a, b)`` and ``einsum(eq, [a, b])`` are the same call."""
+    if len(operands) == 1 and type(operands[0]) in (list, tuple):
+        return tuple(operands[0])
+    return operands
+
+
+def _einsum_rule(equation, *operands):
+    operands = _einsum_operands(operands)
+    dtype = _same_dtype("einsum", *operands)
+    plan = plan_einsum(equation, [o.shape for o in operands])
+    return TensorMeta(plan.out_shape, dtype, operands[0].device)
+
+
+@op("einsum", kind="matmul", shape_rule=_einsum_rule, method=False)
+def einsum(xp, equation, *operands):
+    """Einstein summation, ``einsum("bij,bjk->bik", a, b)``, with ``...`` and PyTorch's
+    broadcasting of size-1 dims. Pairs of operands contract through ``matmul`` (BLAS, batch
+    dims included), left to right like PyTorch without opt_einsum."""
+    operands = _einsum_operands(operands)
+    if any(o.dtype != operands[0].dtype for o in operands[1:]):
+        raise _dt_error("einsum", *(o.dtype for o in operands))
+    return contract(xp, cached_plan(equation, tuple(o.shape for o in operands)), operands)

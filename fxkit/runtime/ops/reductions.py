@@ -1,18 +1,354 @@
-"""Reductions over ``dim`` (an int, a tuple, or None for all) with ``keepdim``."""
+"""Reductions over ``dim`` (an int, a tuple, or None for all) with ``keepdim``.
+
+Signatures, defaults and result dtypes follow PyTorch: integer and bool sums
+and products accumulate in int64, ``mean``/``var``/``norm`` need floating
+inputs, indices are int64, and ``max``/``min`` with a ``dim`` return a
+``(values, indices)`` named tuple. Reductions without an identity (``max``,
+``argmax``, ``amax``) refuse an empty reduced dimension with PyTorch's message.
+"""
+import math
+import warnings
+from collections import namedtuple
+
+import numpy as np
+
+from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.dims import normalize_dims, reduced_shape
+from fxkit.runtime.ops.dims import normalize_dims, reduced_shape, single_dim
+from fxkit.runtime.ops.elementwise_binary import maximum, minimum
+
+# ``torch.return_types.max`` / ``min``: ``values, indices = x.max(1)``.
+MaxResult = namedtuple("max", ("values", "indices"))
+MinResult = namedtuple("min", ("values", "indices"))
+
+_INT_KINDS = "biu"
 
 
+def _accumulate_dtype(dtype, explicit):
+    """PyTorch's accumulation dtype of sum/prod/cumsum: ``dtype=`` if given, else
+    int64 for integer and bool inputs, else the input's dtype (a `DType`)."""
+    explicit = _dt.as_dtype(explicit)
+    if explicit is not None:
+        return explicit
+    return _dt.int64 if dtype.category < 2 else dtype
+
+
+def require_float(dtype, name, fix="cast with .float() or pass dtype=fxkit.float32"):
+    """Refuse an integer or bool `DType` where PyTorch needs floats (mean, var, softmax)."""
+    if dtype.category < 2:
+        raise DTypeError(f"{name}: needs a floating point tensor, got {dtype.name}; {fix}")
+
+
+def _need_elements(shape, axes, name):
+    """Reductions without an identity cannot reduce an empty dimension (PyTorch's rule)."""
+    if axes is None:
+        if math.prod(shape) == 0:
+            raise ShapeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                             f"Specify the reduction dim with the 'dim' argument.")
+        return
+    for axis in axes:
+        if shape[axis] == 0:
+            raise IndexOutOfRangeError(f"{name}(): Expected reduction dim {axis} to have non-zero size "
+                                       f"(input shape {list(shape)})")
+
+
+def _reduced(a, dim, keepdim, name, dtype):
+    return TensorMeta(reduced_shape(a.shape, dim, keepdim, name), dtype, a.device)
+
+
+# -- sum, prod, mean -----------------------------------------------------------
 def _sum_rule(a, dim=None, keepdim=False, dtype=None):
-    out = _dt.as_dtype(dtype) or (_dt.int64 if a.dtype.category < 2 else a.dtype)
-    return TensorMeta(reduced_shape(a.shape, dim, keepdim, "sum"), out, a.device)
+    return _reduced(a, dim, keepdim, "sum", _accumulate_dtype(a.dtype, dtype))
 
 
 @op("sum", kind="reduction", shape_rule=_sum_rule)
-def sum(xp, a, dim=None, keepdim=False, dtype=None):
+def sum(xp, a, dim=None, keepdim=False, dtype=None):  # noqa: A001
     """Sum over ``dim``; integer and bool inputs sum to int64 like PyTorch."""
     axes = normalize_dims(dim, a.ndim, "sum")
-    out = dtype.np if dtype else (_dt.int64.np if a.dtype.kind in "biu" else a.dtype)
+    out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
     return xp.sum(a, axis=axes, keepdims=keepdim, dtype=out)
+
+
+def _prod_rule(a, dim=None, keepdim=False, dtype=None):
+    return _reduced(a, dim, keepdim, "prod", _accumulate_dtype(a.dtype, dtype))
+
+
+@op("prod", kind="reduction", shape_rule=_prod_rule)
+def prod(xp, a, dim=None, keepdim=False, dtype=None):
+    """Product over ``dim``; the product of nothing is 1; integers and bools give int64."""
+    axes = normalize_dims(dim, a.ndim, "prod")
+    out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
+    return xp.prod(a, axis=axes, keepdims=keepdim, dtype=out)
+
+
+def _mean_dtype(dtype, explicit):
+    out = _dt.as_dtype(explicit) or dtype
+    if out.category < 2:
+        raise DTypeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                         f"or complex dtype. Got: {out.name}; pass dtype=fxkit.float32 or cast with .float()")
+    return out
+
+
+def _mean_rule(a, dim=None, keepdim=False, dtype=None):
+    return _reduced(a, dim, keepdim, "mean", _mean_dtype(a.dtype, dtype))
+
+
+@op("mean", kind="reduction", shape_rule=_mean_rule)
+def mean(xp, a, dim=None, keepdim=False, dtype=None):
+    """Mean over ``dim``; ``dtype=`` casts the input first (needed for integer tensors).
+
+    The mean of nothing is NaN, as in PyTorch.
+    """
+    out = _mean_dtype(_dt.from_numpy(a.dtype), dtype).np
+    if a.dtype != out:
+        a = a.astype(out)
+    axes = normalize_dims(dim, a.ndim, "mean")
+    if a.size == 0:
+        return xp.full(reduced_shape(a.shape, dim, keepdim, "mean"), xp.nan, dtype=out)
+    return xp.mean(a, axis=axes, keepdims=keepdim)
+
+
+# -- max, min (values and indices), amax, amin, argmax, argmin ------------------
+def _extremum(name, binary_op, result, several):
+    """``max``/``min``: the whole-tensor value, ``(values, indices)`` along ``dim``, or
+    the elementwise ``binary_op`` when the second argument is a tensor (``max(a, b)``)."""
+
+    def rule(a, dim=None, keepdim=False, *, other=None):
+        if other is not None or isinstance(dim, TensorMeta):
+            return binary_op.shape_rule(a, dim if other is None else other)
+        if dim is None:
+            return TensorMeta((), a.dtype, a.device)
+        single_dim(dim, len(a.shape), name, several)
+        shape = reduced_shape(a.shape, dim, keepdim, name)
+        return result(TensorMeta(shape, a.dtype, a.device), TensorMeta(shape, _dt.int64, a.device))
+
+    def impl(xp, a, dim=None, keepdim=False, *, other=None):
+        if other is not None or isinstance(dim, xp.ndarray):
+            # NOTE: Op.run promotes only for elementwise ops; this form is one, so promote here.
+            a, b = binary_op._promote_inputs([a, dim if other is None else other])
+            return binary_op.impl(xp, a, b)
+        if dim is None:
+            _need_elements(a.shape, None, name)
+            return getattr(xp, name)(a)
+        axis = single_dim(dim, a.ndim, name, several)
+        if a.ndim == 0:
+            return result(a.copy(), xp.zeros((), dtype=np.int64))
+        _need_elements(a.shape, (axis,), name)
+        return result(getattr(xp, name)(a, axis=axis, keepdims=keepdim),
+                      getattr(xp, "arg" + name)(a, axis=axis, keepdims=keepdim))
+
+    impl.__name__ = name
+    impl.__doc__ = (f"``{name}(x)``: the {name}imum as a 0-d tensor; ``{name}(x, dim, keepdim=False)``: "
+                    f"the named tuple ``(values, indices)`` along ``dim`` (NaN wins, first index on ties); "
+                    f"``{name}(x, y)``: the elementwise ``{binary_op.name}``.")
+    return op(name, kind="reduction", shape_rule=rule)(impl)
+
+
+max = _extremum("max", maximum, MaxResult, "amax")  # noqa: A001
+min = _extremum("min", minimum, MinResult, "amin")  # noqa: A001
+
+
+def _amax_rule(name):
+    def rule(a, dim=(), keepdim=False):
+        return _reduced(a, dim, keepdim, name, a.dtype)
+
+    return rule
+
+
+@op("amax", kind="reduction", shape_rule=_amax_rule("amax"))
+def amax(xp, a, dim=(), keepdim=False):
+    """Maximum over ``dim`` (an int or tuple; all dims by default), values only."""
+    axes = normalize_dims(dim, a.ndim, "amax")
+    if a.size == 0:
+        _need_elements(a.shape, axes, "amax")
+    return xp.amax(a, axis=axes, keepdims=keepdim)
+
+
+@op("amin", kind="reduction", shape_rule=_amax_rule("amin"))
+def amin(xp, a, dim=(), keepdim=False):
+    """Minimum over ``dim`` (an int or tuple; all dims by default), values only."""
+    axes = normalize_dims(dim, a.ndim, "amin")
+    if a.size == 0:
+        _need_elements(a.shape, axes, "amin")
+    return xp.amin(a, axis=axes, keepdims=keepdim)
+
+
+def _argmax_rule(name):
+    def rule(a, dim=None, keepdim=False):
+        if dim is not None:
+            single_dim(dim, len(a.shape), name)
+        return _reduced(a, dim, keepdim, name, _dt.int64)
+
+    return rule
+
+
+def _arg_extremum(xp, fn, name, a, dim, keepdim):
+    if dim is None:
+        _need_elements(a.shape, None, name)
+        return fn(a, keepdims=keepdim)
+    axis = single_dim(dim, a.ndim, name)
+    if a.ndim == 0:
+        return xp.zeros((), dtype=np.int64)
+    _need_elements(a.shape, (axis,), name)
+    return fn(a, axis=axis, keepdims=keepdim)
+
+
+@op("argmax", kind="reduction", shape_rule=_argmax_rule("argmax"))
+def argmax(xp, a, dim=None, keepdim=False):
+    """int64 index of the maximum along ``dim``; of the flattened tensor when ``dim`` is None."""
+    return _arg_extremum(xp, xp.argmax, "argmax", a, dim, keepdim)
+
+
+@op("argmin", kind="reduction", shape_rule=_argmax_rule("argmin"))
+def argmin(xp, a, dim=None, keepdim=False):
+    """int64 index of the minimum along ``dim``; of the flattened tensor when ``dim`` is None."""
+    return _arg_extremum(xp, xp.argmin, "argmin", a, dim, keepdim)
+
+
+# -- all, any ------------------------------------------------------------------
+def _truth_rule(name):
+    def rule(a, dim=None, keepdim=False):
+        return _reduced(a, dim, keepdim, name, a.dtype if a.dtype is _dt.uint8 else _dt.bool_)
+
+    return rule
+
+
+@op("all", kind="reduction", shape_rule=_truth_rule("all"))
+def all(xp, a, dim=None, keepdim=False):  # noqa: A001
+    """Whether every element along ``dim`` is non-zero; bool (uint8 for uint8 input, like PyTorch)."""
+    out = xp.all(a, axis=normalize_dims(dim, a.ndim, "all"), keepdims=keepdim)
+    return out.astype(np.uint8) if a.dtype == np.uint8 else out
+
+
+@op("any", kind="reduction", shape_rule=_truth_rule("any"))
+def any(xp, a, dim=None, keepdim=False):  # noqa: A001
+    """Whether some element along ``dim`` is non-zero; bool (uint8 for uint8 input, like PyTorch)."""
+    out = xp.any(a, axis=normalize_dims(dim, a.ndim, "any"), keepdims=keepdim)
+    return out.astype(np.uint8) if a.dtype == np.uint8 else out
+
+
+# -- cumsum --------------------------------------------------------------------
+def _cumsum_rule(a, dim, dtype=None):
+    single_dim(dim, len(a.shape), "cumsum")
+    return TensorMeta(a.shape, _accumulate_dtype(a.dtype, dtype), a.device)
+
+
+@op("cumsum", kind="reduction", shape_rule=_cumsum_rule)
+def cumsum(xp, a, dim, dtype=None):
+    """Running sum along ``dim``; integer and bool inputs accumulate in int64."""
+    axis = single_dim(dim, a.ndim, "cumsum")
+    out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
+    if a.ndim == 0:
+        return a.astype(out)
+    return xp.cumsum(a, axis=axis, dtype=out)
+
+
+# -- var, std ------------------------------------------------------------------
+def _ddof(name, dim, unbiased, correction):
+    """PyTorch's two spellings: ``correction=`` (default 1) or the older ``unbiased=`` bool,
+    also as the first positional argument (``x.var(False)``)."""
+    if isinstance(dim, bool):
+        if unbiased is not None:
+            raise DTypeError(f"{name}: got unbiased={dim} positionally and unbiased={unbiased}")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise DTypeError(f"{name}: pass either unbiased= or correction=, not both "
+                         f"(unbiased=True is correction=1, unbiased=False is correction=0)")
+    if unbiased is not None:
+        return dim, 1 if unbiased else 0
+    return dim, 1 if correction is None else correction
+
+
+def _variance_rule(name):
+    def rule(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        require_float(a.dtype, name)
+        dim, _ = _ddof(name, dim, unbiased, correction)
+        return _reduced(a, dim, keepdim, name, a.dtype)
+
+    return rule
+
+
+def _variance(xp, fn, name, a, dim, unbiased, keepdim, correction):
+    require_float(_dt.from_numpy(a.dtype), name)
+    dim, ddof = _ddof(name, dim, unbiased, correction)
+    axes = normalize_dims(dim, a.ndim, name)
+    count = a.size if axes is None else math.prod(a.shape[i] for i in axes)
+    if count - ddof > 0:
+        return fn(a, axis=axes, keepdims=keepdim, ddof=ddof)
+    warnings.warn(f"{name}(): degrees of freedom is <= 0 (correction={ddof} with {count} elements "
+                  f"reduced); the result is nan or inf", UserWarning, stacklevel=5)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(a, axis=axes, keepdims=keepdim, ddof=ddof)
+
+
+@op("var", kind="reduction", shape_rule=_variance_rule("var"))
+def var(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance over ``dim``: ``sum((x - mean)**2) / max(N - correction, 0)``, correction 1
+    by default (Bessel's); ``unbiased=False`` is ``correction=0``."""
+    return _variance(xp, xp.var, "var", a, dim, unbiased, keepdim, correction)
+
+
+@op("std", kind="reduction", shape_rule=_variance_rule("std"))
+def std(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Standard deviation: the square root of `var` with the same arguments."""
+    return _variance(xp, xp.std, "std", a, dim, unbiased, keepdim, correction)
+
+
+# -- norm ----------------------------------------------------------------------
+def _norm_dims(p, dim, ndim):
+    """The axes ``norm`` reduces, following ``torch.norm``: a number or ``'fro'`` is a
+    vector norm over ``dim`` (all dims by default); ``'nuc'`` needs exactly two dims."""
+    if p == "nuc":
+        axes = tuple(range(ndim)) if dim is None else normalize_dims(dim, ndim, "norm")
+        if axes is None or len(axes) != 2:
+            raise ShapeError(f"norm: p='nuc' is a matrix norm and needs exactly 2 dims, got dim={dim!r} "
+                             f"for a {ndim}-d tensor; pass dim=(row_dim, col_dim)")
+        return tuple(sorted(axes))
+    if isinstance(p, str) and p != "fro":
+        raise ShapeError(f"norm: p={p!r} is not supported; use 'fro', 'nuc' or a number (2, 1, inf, ...)")
+    if p == "fro" and isinstance(dim, (tuple, list)) and len(dim) > 2:
+        raise ShapeError(f"norm: p='fro' takes at most 2 dims, got dim={tuple(dim)}; "
+                         f"use p=2 for a vector norm over more dims")
+    return normalize_dims(dim, ndim, "norm")
+
+
+def _norm_rule(a, p="fro", dim=None, keepdim=False, dtype=None):
+    out = _dt.as_dtype(dtype) or a.dtype
+    require_float(out, "norm", "cast with .float() or pass dtype=fxkit.float32")
+    axes = _norm_dims(p, dim, len(a.shape))
+    return _reduced(a, axes, keepdim, "norm", out)
+
+
+@op("norm", kind="reduction", shape_rule=_norm_rule)
+def norm(xp, a, p="fro", dim=None, keepdim=False, dtype=None):
+    """``torch.norm``: ``(sum |x|**p)**(1/p)`` over ``dim``; ``'fro'`` is p=2, ``inf``/``-inf``
+    the largest/smallest ``|x|``, 0 counts non-zeros, ``'nuc'`` sums singular values.
+
+    ``dtype=`` casts the input first.
+    """
+    explicit = _dt.as_dtype(dtype)
+    if explicit is not None and a.dtype != explicit.np:
+        a = a.astype(explicit.np)
+    require_float(_dt.from_numpy(a.dtype), "norm")
+    axes = _norm_dims(p, dim, a.ndim)
+    if p == "nuc":
+        matrices = xp.moveaxis(a, axes, (-2, -1))
+        out = xp.sum(xp.linalg.svd(matrices, compute_uv=False), axis=-1)
+        return xp.expand_dims(out, axes) if keepdim else out
+    p = 2 if p in ("fro", None) else p
+    if p == 2:
+        return xp.sqrt(xp.sum(xp.multiply(a, a), axis=axes, keepdims=keepdim))
+    if p in (math.inf, -math.inf):
+        if a.size == 0:
+            _need_elements(a.shape, axes, "norm")
+        return (xp.amax if p > 0 else xp.amin)(xp.abs(a), axis=axes, keepdims=keepdim)
+    if p == 0:
+        return xp.sum(a != 0, axis=axes, keepdims=keepdim, dtype=a.dtype)
+    if p == 1:
+        return xp.sum(xp.abs(a), axis=axes, keepdims=keepdim)
+    powered = xp.abs(a)
+    powered **= p
+    return xp.sum(powered, axis=axes, keepdims=keepdim) ** (1.0 / p)

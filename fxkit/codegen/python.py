@@ -1,0 +1,390 @@
+"""Graph nodes -> a Python ``forward`` function, built as an `ast` tree.
+
+Each node becomes one statement named after the node::
+
+    def forward(self, x):
+        param = self.param
+        add = x + param;  x = param = None       # (frees are separate lines)
+        linear = self.linear(add)
+        clamp = ops.clamp(linear, min=0.0, max=1.0)
+        return clamp
+
+Ops that have a Python operator (the registry's operator table) are written
+as that operator; other ops as ``ops.<name>(...)``; submodules as attribute
+chains on ``self``; wrapped functions and non-literal constants as globals
+bound in the returned globals dict. Identifiers come from a `Namespace` and
+constants are AST nodes, so no name or string can inject code.
+
+This module reads only ``op``, ``target``, ``args``, ``kwargs`` and ``name``
+of the nodes it is given: it knows nothing of `fxkit.graph`.
+"""
+import ast
+import math
+import types
+
+import fxkit
+import fxkit.ops as _ops_module
+from fxkit.codegen.namespace import Namespace, is_plain_identifier
+from fxkit.errors import GraphError
+from fxkit.runtime.device import Device
+from fxkit.runtime.dtypes import DType
+from fxkit.runtime.op import Op
+from fxkit.runtime.registry import get_op
+from fxkit.runtime.tensor_methods import OPERATORS, UNARY_OPERATORS
+
+_LOAD = ast.Load()
+_STORE = ast.Store()
+_BINARY = {"__add__": ast.Add, "__sub__": ast.Sub, "__mul__": ast.Mult, "__truediv__": ast.Div,
+           "__floordiv__": ast.FloorDiv, "__mod__": ast.Mod, "__pow__": ast.Pow,
+           "__matmul__": ast.MatMult, "__and__": ast.BitAnd, "__or__": ast.BitOr, "__xor__": ast.BitXor}
+_COMPARE = {"__eq__": ast.Eq, "__ne__": ast.NotEq, "__lt__": ast.Lt, "__le__": ast.LtE,
+            "__gt__": ast.Gt, "__ge__": ast.GtE}
+_UNARY = {"__neg__": ast.USub, "__invert__": ast.Invert}  # abs() is a builtin a node may shadow
+
+# Op -> how its two-argument (or one-argument) call is written as an operator.
+_OPERATOR_FORMS = {}
+for _dunder, (_name, _reflected) in OPERATORS.items():
+    if _reflected:
+        continue
+    if _dunder in _BINARY:
+        _OPERATOR_FORMS[get_op(_name)] = ("binary", _BINARY[_dunder]())
+    elif _dunder in _COMPARE:
+        _OPERATOR_FORMS[get_op(_name)] = ("compare", _COMPARE[_dunder]())
+    elif _dunder == "__getitem__":
+        _OPERATOR_FORMS[get_op(_name)] = ("subscript", None)
+for _dunder, _name in UNARY_OPERATORS.items():
+    if _dunder in _UNARY:
+        _OPERATOR_FORMS[get_op(_name)] = ("unary", _UNARY[_dunder]())
+
+_NUMBERS = (int, float)
+_LITERALS = frozenset({bool, str, bytes, type(None), type(Ellipsis)})
+
+
+class PythonCode:
+    """A generated ``forward``: its AST, the globals it needs, its source on demand.
+
+    Attributes:
+        tree: the ``ast.Module`` holding ``def forward(...)``.
+        globals: the globals the function runs in (``ops``, ``fxkit``, wrapped
+            functions and constants).
+        statement_nodes: for each statement of the body, the node it computes
+            (None for the lines freeing values).
+    """
+
+    __slots__ = ("tree", "globals", "statement_nodes", "_src", "_one_line_each")
+
+    def __init__(self, tree, globals_dict, statement_nodes, one_line_each):
+        self.tree = tree
+        self.globals = globals_dict
+        self.statement_nodes = statement_nodes
+        self._src = None
+        # NOTE: when every statement renders on one line, the statements' line
+        # numbers already match `src`, and the tree compiles without the source.
+        self._one_line_each = one_line_each
+
+    @property
+    def src(self):
+        """The source text, rendered by ``ast.unparse`` on first use."""
+        if self._src is None:
+            self._src = ast.unparse(self.tree) + "\n"
+        return self._src
+
+    def compile(self, filename):
+        """Compile to a code object whose line numbers match `src`."""
+        if self._one_line_each:
+            return compile(self.tree, filename, "exec")
+        return compile(self.src, filename, "exec")
+
+    def __iter__(self):
+        # ``source, globals_dict = generate_forward(...)``
+        return iter((self.src, self.globals))
+
+
+def generate_forward(nodes, root_name="self"):
+    """Generate ``def forward(<root_name>, <placeholders>)`` from ``nodes``.
+
+    Args:
+        nodes: the nodes in execution order (any objects with ``op``, ``target``,
+            ``args``, ``kwargs`` and ``name``).
+        root_name: the name of the module parameter that attributes hang off.
+
+    Returns:
+        A `PythonCode`; unpacks as ``(source, globals_dict)``.
+
+    Raises:
+        GraphError: a placeholder without a default follows one with a default.
+    """
+    return _Emitter(list(nodes), root_name).run()
+
+
+class _Emitter:
+    """One code generation: names, globals and the statements built so far.
+
+    NOTE: loads of a variable, the ``self.layer1`` prefixes of attribute chains
+    and ``None`` are single AST nodes shared by every statement using them
+    (they carry the position of their first use). The tree stays small, which
+    is most of what generating and compiling it costs; a statement's own nodes
+    (the call, operator, assignment) always carry the statement's line.
+    """
+
+    def __init__(self, nodes, root_name):
+        self.nodes = nodes
+        self.root = root_name
+        self.ns = Namespace(reserved=(root_name,))
+        self.globals = {"fxkit": fxkit, "ops": _ops_module}
+        self.global_names = {}
+        self.names = {}
+        for node in nodes:
+            self.names[id(node)] = self.ns.create_name(node.name)
+        self.one_line_each = True
+        self.pos = {"lineno": 1, "col_offset": 0}
+        self.loads = {}
+        self.chains = {}
+        self.none = ast.Constant(None, lineno=1, col_offset=0)
+
+    # -- the function ------------------------------------------------------------
+    def run(self):
+        frees = self._frees_after()
+        params = [ast.arg(self.root, lineno=1, col_offset=0)]
+        defaults = []
+        body = []
+        made = []
+        line = 1
+        names = self.names
+        for node in self.nodes:
+            op = node.op
+            if op == "placeholder":
+                params.append(ast.arg(names[id(node)], lineno=1, col_offset=0))
+                if node.args:
+                    defaults.append(self.expr(node.args[0]))
+                elif defaults:
+                    raise GraphError(f"placeholder %{node.name} has no default but follows a placeholder "
+                                     f"with one; move it before them or give it a default")
+                continue
+            line += 1
+            self.pos = pos = {"lineno": line, "col_offset": 0}
+            if op == "call":
+                value = self.call(node.target, node.args, node.kwargs)
+            elif op == "get_attr":
+                value = self.attribute_chain(node.target)
+            elif op == "output":
+                body.append(ast.Return(self.expr(node.args[0]) if node.args else self.none, **pos))
+                made.append(node)
+                continue
+            else:
+                raise GraphError(f"node %{node.name}: unknown opcode {op!r}; expected placeholder, get_attr, "
+                                 f"call or output")
+            body.append(ast.Assign([ast.Name(names[id(node)], _STORE, **pos)], value, **pos))
+            made.append(node)
+            dead = frees.get(id(node))
+            if dead:
+                line += 1
+                pos = {"lineno": line, "col_offset": 0}
+                body.append(ast.Assign([ast.Name(n, _STORE, **pos) for n in dead], self.none, **pos))
+                made.append(None)
+        if not body:
+            body.append(ast.Pass(lineno=2, col_offset=0))
+        signature = ast.arguments(posonlyargs=[], args=params, vararg=None, kwonlyargs=[],
+                                  kw_defaults=[], kwarg=None, defaults=defaults)
+        function = ast.FunctionDef("forward", signature, body, [], None, lineno=1, col_offset=0)
+        return PythonCode(ast.Module([function], []), self.globals, made, self.one_line_each)
+
+    def _frees_after(self):
+        """id(node) -> names whose last use is that node (freed right after it)."""
+        last_user = {}
+        names = self.names
+        for node in reversed(self.nodes):
+            for used in _input_ids(node, names):
+                if used not in last_user:
+                    last_user[used] = node
+        frees = {}
+        for node in self.nodes:
+            key = id(node)
+            user = last_user.get(key)
+            if user is None:
+                if node.op in ("placeholder", "output"):
+                    continue
+                user = node  # never used: freed right after it is made
+            if user.op != "output":
+                frees.setdefault(id(user), []).append(names[key])
+        return frees
+
+    # -- calls -------------------------------------------------------------------
+    def call(self, target, args, kwargs):
+        if type(target) is str:
+            func = self.attribute_chain(target)
+        elif isinstance(target, Op):
+            form = _OPERATOR_FORMS.get(target)
+            if form is not None and not kwargs:
+                written = self.operator(form, args)
+                if written is not None:
+                    return written
+            func = self.op_reference(target)
+        elif target is getattr:
+            if len(args) == 2 and not kwargs and type(args[1]) is str and _plain(args[1]):
+                return ast.Attribute(self.expr(args[0]), args[1], _LOAD, **self.pos)
+            func = self.load("getattr")
+        else:
+            func = self.global_name(target, getattr(target, "__name__", "fn"))
+        expr = self.expr
+        return ast.Call(func, [expr(a) for a in args], self.keywords(kwargs) if kwargs else [], **self.pos)
+
+    def operator(self, form, args):
+        kind, symbol = form
+        if kind == "unary":
+            return ast.UnaryOp(symbol, self.expr(args[0]), **self.pos) if len(args) == 1 else None
+        if len(args) != 2:
+            return None
+        if kind == "binary":
+            return ast.BinOp(self.expr(args[0]), symbol, self.expr(args[1]), **self.pos)
+        if kind == "compare":
+            return ast.Compare(self.expr(args[0]), [symbol], [self.expr(args[1])], **self.pos)
+        return ast.Subscript(self.expr(args[0]), self.index(args[1]), _LOAD, **self.pos)
+
+    def keywords(self, kwargs):
+        written, odd = [], {}
+        for key, value in kwargs.items():
+            if type(key) is str and _plain(key):
+                written.append(ast.keyword(key, self.expr(value), **self.pos))
+            else:
+                odd[key] = value
+        if odd:
+            # Keys that are no identifiers still arrive by name: ``f(**{'a b': 1})``.
+            written.append(ast.keyword(None, self.expr(odd), **self.pos))
+        return written
+
+    def op_reference(self, op):
+        if getattr(_ops_module, op.name, None) is op and _plain(op.name):
+            return self.shared(("ops", op.name), lambda: ast.Attribute(self.load("ops"), op.name, _LOAD,
+                                                                       **self.pos))
+        return self.global_name(op, op.name)
+
+    def attribute_chain(self, qualname):
+        """``self.layer1`` then ``getattr(..., '0')`` for parts that are no plain identifiers."""
+        chain = self.chains.get(qualname)
+        if chain is not None:
+            return chain
+        prefix, _, part = qualname.rpartition(".")
+        value = self.attribute_chain(prefix) if prefix else self.load(self.root)
+        if _plain(part):
+            chain = ast.Attribute(value, part, _LOAD, **self.pos)
+        else:
+            chain = ast.Call(self.load("getattr"), [value, self.constant(part)], [], **self.pos)
+        self.chains[qualname] = chain
+        return chain
+
+    def global_name(self, value, candidate):
+        known = self.global_names.get(id(value))
+        if known is None:
+            known = self.ns.create_name(str(candidate))
+            self.global_names[id(value)] = known
+            self.globals[known] = value
+        return self.load(known)
+
+    def load(self, name):
+        node = self.loads.get(name)
+        if node is None:
+            node = self.loads[name] = ast.Name(name, _LOAD, **self.pos)
+        return node
+
+    def shared(self, key, make):
+        node = self.chains.get(key)
+        if node is None:
+            node = self.chains[key] = make()
+        return node
+
+    # -- values ------------------------------------------------------------------
+    def expr(self, value):
+        name = self.names.get(id(value))
+        if name is not None:
+            return self.load(name)
+        kind = type(value)
+        if kind in _NUMBERS or kind in _LITERALS:
+            return self.constant(value)
+        if kind is tuple:
+            return ast.Tuple([self.expr(v) for v in value], _LOAD, **self.pos)
+        if kind is list:
+            return ast.List([self.expr(v) for v in value], _LOAD, **self.pos)
+        if kind is dict:
+            return ast.Dict([self.expr(k) for k in value], [self.expr(v) for v in value.values()], **self.pos)
+        if kind is slice:
+            parts = [self.expr(value.start), self.expr(value.stop), self.expr(value.step)]
+            return ast.Call(self.load("slice"), parts, [], **self.pos)
+        if kind is DType and getattr(fxkit, value.name, None) is value:
+            return self.shared(("dtype", value.name),
+                               lambda: ast.Attribute(self.load("fxkit"), value.name, _LOAD, **self.pos))
+        if kind is Device:
+            device = ast.Attribute(self.load("fxkit"), "device", _LOAD, **self.pos)
+            return ast.Call(device, [self.constant(str(value))], [], **self.pos)
+        if kind is Op:
+            return self.op_reference(value)
+        if isinstance(value, tuple) and hasattr(kind, "_fields"):
+            elements = [self.expr(v) for v in value]
+            return ast.Call(self.global_name(kind, kind.__name__), elements, [], **self.pos)
+        if kind is complex and value.real == 0 and math.copysign(1, value.real) > 0 and value.imag >= 0:
+            return self.constant(value)
+        return self.global_name(value, _constant_name(value))
+
+    def index(self, value):
+        """A subscript: slices and tuples of them are written ``x[1:, ::2]``."""
+        if type(value) is slice:
+            return self.slice(value)
+        if type(value) is tuple:
+            return ast.Tuple([self.slice(v) if type(v) is slice else self.expr(v) for v in value], _LOAD,
+                             **self.pos)
+        return self.expr(value)
+
+    def slice(self, value):
+        parts = [None if v is None else self.expr(v) for v in (value.start, value.stop, value.step)]
+        return ast.Slice(*parts, **self.pos)
+
+    def constant(self, value):
+        kind = type(value)
+        if value is None:
+            return self.none
+        if kind in _NUMBERS and (value < 0 or (kind is float and math.copysign(1, value) < 0)):
+            # ``-1`` as a negative literal: ast.unparse writes Constant(-1) ** 2 as ``-1 ** 2``.
+            return ast.UnaryOp(ast.USub(), ast.Constant(-value, **self.pos), **self.pos)
+        if kind is str and "\n" in value:
+            # ast.unparse writes such strings as multi-line literals: lines shift.
+            self.one_line_each = False
+        return ast.Constant(value, **self.pos)
+
+
+_PLAIN = {}
+
+
+def _plain(name):
+    """`is_plain_identifier`, memoised: attribute and keyword names repeat a lot."""
+    flag = _PLAIN.get(name)
+    if flag is None:
+        if len(_PLAIN) > 50_000:
+            _PLAIN.clear()
+        flag = _PLAIN[name] = is_plain_identifier(name)
+    return flag
+
+
+def _constant_name(value):
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return value.__name__
+    return "_" + type(value).__name__.lower()
+
+
+def _input_ids(node, names):
+    """ids of the nodes among ``names`` that ``node`` reads (args, kwargs, nested)."""
+    found = []
+    stack = [node.args, node.kwargs]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is tuple or kind is list:
+            stack.extend(value)
+        elif kind is dict:
+            stack.extend(value.values())
+        elif kind is slice:
+            stack.extend((value.start, value.stop, value.step))
+        elif isinstance(value, tuple):
+            stack.extend(value)
+        elif id(value) in names:
+            found.append(id(value))
+    return found

@@ -1,0 +1,292 @@
+"""`GraphModule`: an `fxkit.nn.Module` whose ``forward`` is generated from a `Graph`.
+
+It holds the graph, only the parameters, buffers and submodules the graph
+references (copied from the root module), and the Python code generated from
+the graph. Edits to the graph mark the code stale; it is regenerated on the
+next call, ``gm.forward`` access or read of ``gm.code``, so a pass editing a
+thousand nodes regenerates once.
+
+Example:
+    >>> gm = GraphModule(model, graph)
+    >>> print(gm.code)
+    def forward(self, x):
+        ...
+    >>> gm(x)
+"""
+import ast
+import itertools
+import linecache
+import types
+import weakref
+
+from fxkit.errors import GraphError
+from fxkit.graph.graph import Graph
+from fxkit.graph.printer import format_type
+from fxkit.runtime.nn.module import Module
+from fxkit.runtime.nn.parameter import Parameter
+from fxkit.runtime.tensor import Tensor
+
+_FILE_NUMBERS = itertools.count()
+_GENERATED_CLASS = "_fxkit_generated_class"
+
+
+class _Forward:
+    """``GraphModule.forward``: the generated function, regenerated first when stale.
+
+    NOTE: the staleness check is one comparison of version numbers, so an
+    up-to-date module pays nothing measurable per call.
+    """
+
+    def __get__(self, gm, owner=None):
+        if gm is None:
+            return owner.__dict__.get("_generated_forward", self)
+        if gm._code_version != gm._graph._version:
+            gm.recompile()
+        return types.MethodType(type(gm)._generated_forward, gm)
+
+
+class GraphModule(Module):
+    """A module running the code generated from ``graph``.
+
+    Args:
+        root: the module the graph was traced from (attributes are copied from
+            it), or a dict of qualified name -> module/tensor/value.
+        graph: the graph; the module becomes its ``owning_module``.
+        class_name: the name of the generated class (shown in ``print_readable``).
+
+    Attributes:
+        graph: the graph; assigning a new one regenerates the code lazily.
+        code: the generated ``forward`` source.
+    """
+
+    forward = _Forward()
+
+    def __new__(cls, *args, **kwargs):
+        # Each instance gets its own class, so its forward is a class attribute.
+        base = _base_class(cls)
+        generated = type(base.__name__, (base,), {_GENERATED_CLASS: True, "__module__": base.__module__})
+        return super().__new__(generated)
+
+    def __init__(self, root, graph, class_name="GraphModule"):
+        super().__init__()
+        cls = type(self)
+        cls.__name__ = cls.__qualname__ = class_name
+        if isinstance(root, Module):
+            self.training = root.training
+            for node in graph.nodes:
+                if node.op in ("get_attr", "call") and type(node.target) is str:
+                    _copy_attr(root, self, node.target)
+        elif isinstance(root, dict):
+            for node in graph.nodes:
+                if node.op in ("get_attr", "call") and type(node.target) is str:
+                    if node.target not in root:
+                        raise GraphError(f"GraphModule: node {node.format_node()} needs {node.target!r}, "
+                                         f"which the root dict does not hold; add it to the dict")
+                    _assign_attr(root[node.target], self, node.target)
+        else:
+            raise GraphError(f"GraphModule: root must be an fxkit.nn.Module or a dict, got {type(root).__name__}")
+        self.__dict__["_linecache_key"] = None
+        self.graph = graph
+        self.recompile()
+
+    # -- the graph and its code --------------------------------------------------------
+    @property
+    def graph(self):
+        """The graph this module runs."""
+        return self.__dict__["_graph"]
+
+    @graph.setter
+    def graph(self, graph):
+        if not isinstance(graph, Graph):
+            raise GraphError(f"GraphModule.graph must be a Graph, got {type(graph).__name__}")
+        d = self.__dict__
+        d["_graph"] = graph
+        d["_code_version"] = -1
+        graph.owning_module = self
+
+    @property
+    def code(self):
+        """The generated ``forward`` source (regenerated first when the graph changed)."""
+        if self._code_version != self._graph._version:
+            self.recompile()
+        return self.__dict__["_python_code"].src
+
+    def recompile(self):
+        """Generate and compile ``forward`` from the graph now.
+
+        Returns:
+            The `fxkit.codegen.python.PythonCode` generated.
+        """
+        d = self.__dict__
+        graph = d["_graph"]
+        cls = type(self)
+        code = graph.python_code(root="self")
+        filename = f"<fxkit-generated {cls.__name__} #{next(_FILE_NUMBERS)}>.py"
+        namespace = code.globals
+        exec(code.compile(filename), namespace)
+        forward = namespace["forward"]
+        forward.__qualname__ = f"{cls.__name__}.forward"
+        cls._generated_forward = forward
+        # NOTE: linecache loads the source lazily (only when a traceback or
+        # inspect asks), so tracebacks through forward show the generated lines.
+        _forget_source(d.get("_linecache_key"))
+        linecache.cache[filename] = (lambda: code.src,)
+        d["_linecache_key"] = filename
+        finalizer = d.get("_finalizer")
+        if finalizer is not None:
+            finalizer.detach()
+        d["_finalizer"] = weakref.finalize(self, _forget_source, filename)
+        d["_python_code"] = code
+        d["_code_version"] = graph._version
+        return code
+
+    def print_readable(self, print_output=True):
+        """The generated class as source, with ``# f32[3, 4]`` comments where meta has shapes.
+
+        Args:
+            print_output: also print it.
+
+        Returns:
+            The text.
+        """
+        text = self._readable(type(self).__name__)
+        if print_output:
+            print(text)
+        return text
+
+    def _readable(self, class_name):
+        self.code  # noqa: B018  (regenerate when stale)
+        code = self.__dict__["_python_code"]
+        lines = code.src.rstrip("\n").split("\n")
+        # Parse the rendered text to find the line each statement ends on.
+        body = ast.parse(code.src).body[0].body
+        for statement, node in zip(body, code.statement_nodes):
+            shown = format_type(node.meta) if node is not None else ""
+            if shown:
+                lines[statement.end_lineno - 1] += f"  # {shown}"
+        out = [f"class {class_name}(fxkit.nn.Module):"] + ["    " + line for line in lines]
+        for name, child in self.named_children():
+            if isinstance(child, GraphModule):
+                nested = child._readable(name if name.isidentifier() else type(child).__name__)
+                out += [""] + ["    " + line for line in nested.split("\n")]
+        return "\n".join(out)
+
+    # -- submodules ----------------------------------------------------------------------
+    def add_submodule(self, target, module):
+        """Add ``module`` at the dotted path ``target``, creating empty parents as needed.
+
+        Returns:
+            False when a non-module attribute blocks the path, else True.
+        """
+        *path, field = target.split(".")
+        parent = self
+        for item in path:
+            child = parent._modules.get(item) if isinstance(parent, Module) else None
+            if child is None:
+                if hasattr(parent, item):
+                    return False
+                child = Module()
+                parent.add_module(item, child)
+            parent = child
+        if not isinstance(parent, Module):
+            return False
+        parent.add_module(field, module)
+        return True
+
+    def delete_submodule(self, target):
+        """Remove the submodule at ``target``; False when there is none."""
+        *path, field = target.split(".")
+        try:
+            parent = self.get_submodule(".".join(path))
+        except AttributeError:
+            return False
+        if field not in parent._modules:
+            return False
+        del parent._modules[field]
+        return True
+
+    def delete_all_unused_submodules(self):
+        """Remove every submodule the graph neither calls nor reads attributes from."""
+        used = set()
+        for node in self._graph.nodes:
+            if node.op in ("call", "get_attr") and type(node.target) is str:
+                parts = node.target.split(".")
+                used.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                if node.op == "call":
+                    used.update(name for name, _ in self.get_submodule(node.target).named_modules(prefix=node.target))
+        for name, _ in list(self.named_modules()):
+            if name and name not in used:
+                self.delete_submodule(name)
+
+    # -- copying and pickling ------------------------------------------------------------
+    def __reduce__(self):
+        # By graph and state, never by the generated function: it is regenerated on load.
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_python_code", "_code_version", "_linecache_key", "_finalizer")}
+        return (_rebuild, (_base_class(type(self)), type(self).__name__, state))
+
+    def __str__(self):
+        return f"{super().__repr__()}\n\n{self.code}"
+
+
+def _rebuild(base, class_name, state):
+    gm = base.__new__(base)
+    type(gm).__name__ = type(gm).__qualname__ = class_name
+    graph = state.pop("_graph")
+    gm.__dict__.update(state)
+    gm.__dict__["_linecache_key"] = None
+    gm.graph = graph
+    gm.recompile()
+    return gm
+
+
+def _base_class(cls):
+    for klass in cls.__mro__:
+        if not klass.__dict__.get(_GENERATED_CLASS, False):
+            return klass
+    raise GraphError(f"{cls} has no user-visible GraphModule base")  # unreachable: Module is one
+
+
+def _forget_source(filename):
+    if filename is not None:
+        linecache.cache.pop(filename, None)
+
+
+def _copy_attr(source, target, qualname):
+    """Copy ``source.<qualname>`` to ``target``, creating plain parent Modules on the way."""
+    *path, field = qualname.split(".")
+    for item in path:
+        child = getattr(source, item)
+        existing = target._modules.get(item) if isinstance(target, Module) else None
+        if existing is None:
+            existing = Module()
+            existing.training = getattr(child, "training", target.training)
+            target.add_module(item, existing)
+        source, target = child, existing
+    if field in target._modules or field in target._parameters or field in target._buffers:
+        return
+    value = getattr(source, field)
+    persistent = field not in getattr(source, "_non_persistent_buffers_set", ())
+    _set_leaf(target, field, value, persistent)
+
+
+def _assign_attr(value, target, qualname):
+    *path, field = qualname.split(".")
+    for item in path:
+        child = target._modules.get(item)
+        if child is None:
+            child = Module()
+            target.add_module(item, child)
+        target = child
+    _set_leaf(target, field, value, True)
+
+
+def _set_leaf(module, field, value, persistent):
+    if isinstance(value, Module):
+        module.add_module(field, value)
+    elif isinstance(value, Parameter):
+        module.register_parameter(field, value)
+    elif isinstance(value, Tensor):
+        module.register_buffer(field, value, persistent=persistent)
+    else:
+        setattr(module, field, value)

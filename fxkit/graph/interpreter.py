@@ -1,0 +1,146 @@
+"""`Interpreter`: run a `GraphModule` node by node through overridable methods.
+
+Each opcode has a method taking ``(target, args, kwargs)`` as in torch.fx, so
+an analysis (shape propagation, profiling, calibration) is a subclass that
+overrides one of them. A node that fails is reported with the node and the
+user's source line recorded by the tracer::
+
+    ShapeError: matmul: mat1 and mat2 shapes cannot be multiplied (64x320 and 500x10)
+      at model.py:42 in forward: y = self.fc(x)
+      node: %fc = call[self.fc](%view)
+
+Example:
+    >>> class CountCalls(Interpreter):
+    ...     def call(self, target, args, kwargs):
+    ...         self.calls = getattr(self, "calls", 0) + 1
+    ...         return super().call(target, args, kwargs)
+    >>> CountCalls(gm).run(x)
+"""
+from fxkit.errors import FxkitError, GraphError
+from fxkit.graph.node import map_arg
+
+
+class Interpreter:
+    """Executes ``module.graph`` one node at a time.
+
+    Args:
+        module: the `GraphModule` (or any module owning the attributes the graph reads).
+        garbage_collect_values: drop each value after its last use.
+        graph: the graph to run; defaults to ``module.graph``.
+
+    Attributes:
+        env: node -> value of the nodes computed so far.
+    """
+
+    def __init__(self, module, garbage_collect_values=True, graph=None):
+        self.module = module
+        self.graph = graph if graph is not None else module.graph
+        self.garbage_collect_values = garbage_collect_values
+        self.env = {}
+        self.args_iter = iter(())
+        self._frees = {}
+        if garbage_collect_values:
+            seen = set()
+            for node in reversed(self.graph.nodes):
+                for used in node.all_input_nodes:
+                    if used not in seen:
+                        seen.add(used)
+                        self._frees.setdefault(node, []).append(used)
+
+    def run(self, *args, initial_env=None):
+        """Run the graph on ``args`` (one per placeholder) and return its output.
+
+        Args:
+            *args: the graph inputs, in placeholder order (missing ones use defaults).
+            initial_env: node -> value of nodes to take as already computed.
+        """
+        self.env = dict(initial_env) if initial_env else {}
+        self.args_iter = iter(args)
+        env = self.env
+        frees = self._frees
+        for node in self.graph.nodes:
+            if node in env:
+                continue
+            try:
+                env[node] = self.run_node(node)
+            except Exception as exc:
+                raise node_error(node, exc) from exc
+            if self.garbage_collect_values:
+                for dead in frees.get(node, ()):
+                    env.pop(dead, None)
+            if node.op == "output":
+                return env[node]
+        return None
+
+    def run_node(self, n):
+        """Compute node ``n``: fetch its inputs, then call the method of its opcode."""
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        return getattr(self, n.op)(n.target, args, kwargs)
+
+    def fetch_args_kwargs_from_env(self, n):
+        """``n``'s args and kwargs with every input node replaced by its value."""
+        return map_arg(n.args, self._value_of), map_arg(n.kwargs, self._value_of)
+
+    def _value_of(self, node):
+        try:
+            return self.env[node]
+        except KeyError:
+            raise GraphError(f"%{node.name} has no value here: it is defined later, was erased, or "
+                             f"belongs to another graph (graph.lint() says which)") from None
+
+    # -- the four opcodes ------------------------------------------------------------
+    def placeholder(self, target, args, kwargs):
+        """The next positional input, or the placeholder's default."""
+        try:
+            return next(self.args_iter)
+        except StopIteration:
+            if args:
+                return args[0]
+            raise GraphError(f"missing a value for the graph input {target!r}; pass one argument per "
+                             f"placeholder to run(...)") from None
+
+    def get_attr(self, target, args, kwargs):
+        """The module attribute at the dotted path ``target``."""
+        return self.fetch_attr(target)
+
+    def call(self, target, args, kwargs):
+        """Apply an `Op`, a function, or the submodule at the path ``target``."""
+        if type(target) is str:
+            return self.fetch_attr(target)(*args, **kwargs)
+        return target(*args, **kwargs)
+
+    def output(self, target, args, kwargs):
+        """The graph's result."""
+        return args[0] if args else None
+
+    def fetch_attr(self, target):
+        """Walk the dotted path ``target`` from the module."""
+        value = self.module
+        walked = []
+        for part in target.split("."):
+            try:
+                value = getattr(value, part)
+            except AttributeError:
+                where = ".".join(walked) or "the module"
+                raise GraphError(f"{where} has no attribute {part!r} (needed for {target!r})") from None
+            walked.append(part)
+        return value
+
+
+def node_error(node, exc):
+    """``exc`` re-raised as the same fxkit error class (or GraphError), naming the node
+    and its source line in fxkit's error layout."""
+    message = str(exc) if isinstance(exc, FxkitError) else f"{type(exc).__name__}: {exc}"
+    lines = message.split("\n")
+    # The node goes above the hint: hint lines close fxkit's layout.
+    at = next((i for i, line in enumerate(lines) if line.startswith("  hint:")), len(lines))
+    added = []
+    if node.stack is not None:
+        added.append(f"  at {node.stack}")
+    added.append(f"  node: {node.format_node()}")
+    text = "\n".join(lines[:at] + added + lines[at:])
+    kind = type(exc) if isinstance(exc, FxkitError) else GraphError
+    try:
+        return kind(text)
+    except TypeError:  # an error class with its own constructor
+        return GraphError(text)

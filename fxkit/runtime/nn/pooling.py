@@ -1,0 +1,112 @@
+"""Pooling layers: `MaxPool2d`, `AvgPool2d`, `AdaptiveAvgPool2d`.
+
+Arguments are stored as given (an int stays an int), like PyTorch, so the
+printed layers read the same as PyTorch's.
+"""
+from fxkit.runtime.nn import functional as F
+from fxkit.runtime.nn.module import Module
+
+
+def _jsonable(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _size(value):
+    """Sizes arrive as lists after a JSON round trip; keep them tuples like PyTorch."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+class MaxPool2d(Module):
+    """Max over ``kernel_size`` windows of ``(N, C, H, W)`` inputs.
+
+    Args:
+        kernel_size: int or pair.
+        stride: defaults to ``kernel_size``.
+        padding: implicit negative-infinity padding on both sides.
+        dilation: spacing between window elements.
+        return_indices: also return the argmax indices.
+        ceil_mode: round the output size up instead of down.
+
+    Example:
+        >>> nn.MaxPool2d(2)(fxkit.randn(1, 3, 8, 8)).shape
+        (1, 3, 4, 4)
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        super().__init__()
+        self.kernel_size = _size(kernel_size)
+        self.stride = _size(stride) if stride is not None else self.kernel_size
+        self.padding = _size(padding)
+        self.dilation = _size(dilation)
+        self.return_indices = return_indices
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input):
+        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+    def _init_kwargs(self):
+        return {"kernel_size": _jsonable(self.kernel_size), "stride": _jsonable(self.stride),
+                "padding": _jsonable(self.padding), "dilation": _jsonable(self.dilation),
+                "return_indices": self.return_indices, "ceil_mode": self.ceil_mode}
+
+
+class AvgPool2d(Module):
+    """Mean over ``kernel_size`` windows of ``(N, C, H, W)`` inputs.
+
+    Args:
+        kernel_size: int or pair.
+        stride: defaults to ``kernel_size``.
+        padding: implicit zero padding on both sides.
+        ceil_mode: round the output size up instead of down.
+        count_include_pad: count the zero padding in the divisor.
+        divisor_override: divide by this instead of the window size.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        super().__init__()
+        self.kernel_size = _size(kernel_size)
+        self.stride = _size(stride) if stride is not None else self.kernel_size
+        self.padding = _size(padding)
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, input):
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+    def _init_kwargs(self):
+        return {"kernel_size": _jsonable(self.kernel_size), "stride": _jsonable(self.stride),
+                "padding": _jsonable(self.padding), "ceil_mode": self.ceil_mode,
+                "count_include_pad": self.count_include_pad, "divisor_override": self.divisor_override}
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average pooling to a fixed ``output_size`` (int, pair, or None to keep a side).
+
+    Example:
+        >>> nn.AdaptiveAvgPool2d((1, 1))(fxkit.randn(2, 512, 7, 7)).shape
+        (2, 512, 1, 1)
+    """
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = _size(output_size)
+
+    def forward(self, input):
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+    def _init_kwargs(self):
+        return {"output_size": _jsonable(self.output_size)}

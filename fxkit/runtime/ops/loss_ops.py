@@ -1,0 +1,233 @@
+"""Losses: ``nll_loss``, ``cross_entropy``, ``mse_loss``, as in ``torch.nn.functional``.
+
+The signatures keep PyTorch's deprecated ``size_average`` and ``reduce``
+arguments in their positions, so positional calls written for PyTorch mean
+the same here; when given they override ``reduction`` as in PyTorch.
+
+The class dimension is 1 for ``(N, C)`` and ``(N, C, d1, ...)`` inputs and 0
+for an unbatched ``(C,)`` input. ``reduction='mean'`` over class targets
+divides by the summed weights of the counted (non-ignored) targets, so an
+all-ignored batch gives NaN like PyTorch.
+"""
+import warnings
+
+import numpy as np
+
+from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.meta import TensorMeta, broadcast_shapes
+from fxkit.runtime.op import op
+from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, require_integer, shapes_differ, shown
+from fxkit.runtime.ops.softmax import log_softmax
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduction(name, size_average, reduce, reduction):
+    """PyTorch's ``_Reduction.legacy_get_string`` and the check of ``reduction``."""
+    if size_average is not None or reduce is not None:
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        reduction = "mean" if size_average and reduce else ("sum" if reduce else "none")
+    if reduction not in _REDUCTIONS:
+        raise ShapeError(f"{name}: reduction={reduction!r} is not valid; use 'none', 'mean' or 'sum'")
+    return reduction
+
+
+def _class_dim(input):
+    return 0 if len(input.shape) == 1 else 1
+
+
+def _check_class_target(name, input, target, weight):
+    """Shapes of ``input`` (N, C, d1, ...) or (C,) against class-index ``target``."""
+    if len(input.shape) == 0:
+        raise ShapeError(f"{name}: expected an input of shape (C,), (N, C) or (N, C, d1, ...), got a 0-d input")
+    require_float(name, input)
+    require_integer(name, target, "target")
+    cdim = _class_dim(input)
+    expected = input.shape[:cdim] + input.shape[cdim + 1:]
+    if shapes_differ(target.shape, expected):
+        raise ShapeError(f"{name}: expected target of shape {shown(expected)} for input of shape "
+                         f"{shown(input.shape)} (class dimension {cdim} removed), got target of shape "
+                         f"{shown(target.shape)}")
+    classes = input.shape[cdim]
+    if weight is not None and (len(weight.shape) != 1 or dims_differ(weight.shape[0], classes)):
+        raise ShapeError(f"{name}: weight should hold one value for each of the {classes} classes, got weight "
+                         f"of shape {shown(weight.shape)}")
+
+
+def _safe_targets(xp, name, target, classes, ignore_index):
+    """Check the class indices; return them with ignored ones replaced by 0, and
+    the mask of counted targets (None when every target counts)."""
+    if not target.size:
+        return target, None
+    low, high = int(target.min()), int(target.max())
+    if low >= 0 and high < classes and not (low <= ignore_index <= high):
+        return target, None
+    counted = target != ignore_index
+    bad = counted & ((target < 0) | (target >= classes))
+    if bad.any():
+        value = int(target[bad].reshape(-1)[0])
+        raise IndexOutOfRangeError(f"{name}: target {value} is out of bounds for C={classes} classes (expected "
+                                   f"0 <= target < {classes}, or ignore_index={ignore_index})")
+    return xp.where(counted, target, 0), counted
+
+
+def _nll_terms(xp, name, logp, target, weight, ignore_index):
+    """Per-target losses ``-w[t] * logp[..., t, ...]``, the mask of counted targets
+    (None when none is ignored) and the weights ``w[t]`` (zero where ignored; None
+    when all are one)."""
+    cdim = _class_dim(logp)
+    t, counted = _safe_targets(xp, name, target, logp.shape[cdim], ignore_index)
+    picked = xp.take_along_axis(logp, xp.expand_dims(t, cdim), axis=cdim).squeeze(cdim)
+    w = None
+    if weight is not None:
+        w = weight.astype(logp.dtype, copy=False)[t]
+    if counted is not None:
+        w = counted.astype(logp.dtype) if w is None else w * counted
+    loss = picked if w is None else picked * w
+    return xp.negative(loss, out=loss), counted, w
+
+
+def _reduce(loss, w, reduction):
+    """Apply ``reduction``; 'mean' divides by the summed weights ``w`` (or the count
+    when ``w`` is None), giving NaN when that is zero, like PyTorch."""
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / (loss.size if w is None else w.sum())
+
+
+def _nll_rule(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    reduction = _reduction("nll_loss", size_average, reduce, reduction)
+    _check_class_target("nll_loss", input, target, weight)
+    return TensorMeta(tuple(target.shape) if reduction == "none" else (), input.dtype, input.device)
+
+
+@op("nll_loss", kind="reduction", method=False, shape_rule=_nll_rule)
+def nll_loss(xp, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """Negative log-likelihood of class indices ``target`` under log-probabilities ``input``.
+
+    Example:
+        >>> loss = fxkit.ops.nll_loss(log_probs, labels)  # (N, C), (N,) -> ()
+    """
+    reduction = _reduction("nll_loss", size_average, reduce, reduction)
+    _check_class_target("nll_loss", input, target, weight)
+    loss, _, w = _nll_terms(xp, "nll_loss", input, target, weight, ignore_index)
+    return _reduce(loss, w, reduction)
+
+
+def _check_cross_entropy(input, target, weight, label_smoothing):
+    """Check the arguments; True when ``target`` holds class probabilities (PyTorch's
+    rule: a target of the input's shape does), False for class indices."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ShapeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    if len(input.shape) != len(target.shape) or shapes_differ(input.shape, target.shape):
+        _check_class_target("cross_entropy", input, target, weight)
+        return False
+    require_float("cross_entropy", input)
+    require_float("cross_entropy", target, "target")
+    classes = input.shape[_class_dim(input)]
+    if weight is not None and (len(weight.shape) != 1 or dims_differ(weight.shape[0], classes)):
+        raise ShapeError(f"cross_entropy: weight should hold one value for each of the {classes} classes, got "
+                         f"weight of shape {shown(weight.shape)}")
+    return True
+
+
+def _cross_entropy_rule(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                        reduction="mean", label_smoothing=0.0):
+    reduction = _reduction("cross_entropy", size_average, reduce, reduction)
+    if _check_cross_entropy(input, target, weight, label_smoothing):
+        cdim = _class_dim(input)
+        dtype, shape = _dt.promote_types(input.dtype, target.dtype), input.shape[:cdim] + input.shape[cdim + 1:]
+    else:
+        dtype, shape = input.dtype, target.shape
+    return TensorMeta(tuple(shape) if reduction == "none" else (), dtype, input.device)
+
+
+def _broadcast_weight(weight, logp, cdim):
+    return weight.astype(logp.dtype, copy=False).reshape((-1,) + (1,) * (logp.ndim - cdim - 1))
+
+
+@op("cross_entropy", kind="reduction", method=False, shape_rule=_cross_entropy_rule)
+def cross_entropy(xp, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    """Cross entropy between the logits ``input`` and ``target``: class indices of
+    shape ``(N, d1, ...)``, or class probabilities of the input's shape.
+
+    ``label_smoothing`` mixes the target with the uniform distribution over the
+    ``C`` classes, with PyTorch's formula (for class indices:
+    ``(1 - s) * nll + s / C * sum_c(-w_c * log p_c)``). ``ignore_index`` applies
+    to class indices only.
+
+    Example:
+        >>> loss = fxkit.ops.cross_entropy(logits, labels, label_smoothing=0.1)
+    """
+    reduction = _reduction("cross_entropy", size_average, reduce, reduction)
+    probabilities = _check_cross_entropy(input, target, weight, label_smoothing)
+    cdim = _class_dim(input)
+    classes = input.shape[cdim]
+    logp = log_softmax.impl(xp, input, cdim)
+    if probabilities:
+        if label_smoothing > 0:
+            target = target * (1 - label_smoothing) + label_smoothing / classes
+        prod = logp * target
+        if weight is not None:
+            prod *= _broadcast_weight(weight, logp, cdim)
+        return _reduce(xp.negative(prod.sum(axis=cdim)), None, reduction)
+    loss, counted, w = _nll_terms(xp, "cross_entropy", logp, target, weight, ignore_index)
+    if label_smoothing > 0:
+        smooth = logp * _broadcast_weight(weight, logp, cdim) if weight is not None else logp
+        smooth = -smooth.sum(axis=cdim)
+        if counted is not None:
+            smooth *= counted
+        loss *= 1 - label_smoothing
+        smooth *= label_smoothing / classes
+        loss += smooth
+    return _reduce(loss, w, reduction)
+
+
+def _check_mse(input, target, weight):
+    shape = broadcast_shapes(input.shape, target.shape, op_name="mse_loss")
+    dtype = _dt.promote_types(dtype_of(input), dtype_of(target))
+    if not dtype.is_floating_point:
+        raise DTypeError(f"mse_loss: expected floating-point input and target, got {dtype_of(input).name} and "
+                         f"{dtype_of(target).name}; cast them first, e.g. input.float()")
+    if weight is not None and shapes_differ(weight.shape, input.shape):
+        raise ShapeError(f"mse_loss: weight and input must have the same size, got weight of shape "
+                         f"{shown(weight.shape)} and input of shape {shown(input.shape)}")
+    return shape, dtype
+
+
+def _mse_rule(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    reduction = _reduction("mse_loss", size_average, reduce, reduction)
+    shape, dtype = _check_mse(input, target, weight)
+    if weight is not None:
+        dtype = _dt.promote_types(dtype, dtype_of(weight))
+    return TensorMeta(tuple(shape) if reduction == "none" else (), dtype, input.device)
+
+
+@op("mse_loss", kind="reduction", method=False, shape_rule=_mse_rule)
+def mse_loss(xp, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Mean squared error ``(input - target) ** 2``, optionally weighted elementwise
+    by ``weight`` (of the input's shape; ``'mean'`` then divides by ``weight.sum()``).
+
+    Different input and target shapes broadcast with PyTorch's warning.
+
+    Example:
+        >>> loss = fxkit.ops.mse_loss(prediction, target)
+    """
+    reduction = _reduction("mse_loss", size_average, reduce, reduction)
+    _check_mse(input, target, weight)
+    if input.shape != target.shape:
+        warnings.warn(f"mse_loss: using a target size ({list(target.shape)}) that is different to the input size "
+                      f"({list(input.shape)}); this will likely lead to incorrect results due to broadcasting. "
+                      f"Please ensure they have the same size.", stacklevel=4)
+    loss = xp.subtract(input, target)
+    xp.square(loss, out=loss)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, weight, reduction)

@@ -1,0 +1,215 @@
+"""Normalisation ops: ``batch_norm``, ``layer_norm``, ``group_norm``.
+
+Signatures, defaults and formulas follow ``torch.nn.functional``. They are
+kind ``other``, not ``reduction``: the output has the input's shape (the
+statistics they reduce are internal), so passes that reason about reduced
+shapes must not treat them as reductions.
+
+batch_norm and group_norm apply one affine map ``x * scale + shift`` whose
+``scale`` and ``shift`` are computed on the small per-channel (per sample and
+channel) vectors first, so the full-size data is touched by one multiply and
+one in-place add. layer_norm's affine varies along the normalised dims, so it
+scales the centred rows in place instead.
+"""
+import math
+
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.op import op
+from fxkit.runtime.ops.nn_checks import dims_differ, require_float, shapes_differ, shown, stat_dtype
+
+
+def _check_channel_vector(name, vec, what, channels):
+    if vec is None:
+        return
+    if len(vec.shape) != 1 or dims_differ(vec.shape[0], channels):
+        raise ShapeError(f"{name}: {what} should have shape [{channels}] (one value per channel of the "
+                         f"input), got {shown(vec.shape)}")
+
+
+def _check_batch_norm(input, running_mean, running_var, weight, bias, training):
+    if len(input.shape) < 2:
+        raise ShapeError(f"batch_norm: expected an input of rank 2 (N, C), 3 (N, C, L), 4 (N, C, H, W) or "
+                         f"5 (N, C, D, H, W), got rank {len(input.shape)} with shape {shown(input.shape)}")
+    require_float("batch_norm", input)
+    channels = input.shape[1]
+    if not training and (running_mean is None or running_var is None):
+        raise ShapeError("batch_norm: running_mean and running_var must be given in evaluation mode "
+                         "(training=False); pass the running statistics or training=True")
+    for vec, what in ((running_mean, "running_mean"), (running_var, "running_var"),
+                      (weight, "weight"), (bias, "bias")):
+        _check_channel_vector("batch_norm", vec, what, channels)
+    if training and all(isinstance(d, int) for d in input.shape):
+        per_channel = math.prod(d for i, d in enumerate(input.shape) if i != 1)
+        if per_channel <= 1:
+            raise ShapeError(f"batch_norm: expected more than 1 value per channel when training, got input "
+                             f"of shape {shown(input.shape)}; use a larger batch or training=False")
+
+
+def _batch_norm_rule(input, running_mean, running_var, weight=None, bias=None, training=False,
+                     momentum=0.1, eps=1e-5):
+    _check_batch_norm(input, running_mean, running_var, weight, bias, training)
+    return TensorMeta(input.shape, input.dtype, input.device)
+
+
+@op("batch_norm", kind="other", method=False, pure=False, shape_rule=_batch_norm_rule)
+def batch_norm(xp, input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Batch normalisation over the channel dimension 1 of ``(N, C, *)`` inputs.
+
+    In training mode the batch's statistics normalise the input and the
+    running statistics are updated in place, ``running = (1 - momentum) *
+    running + momentum * batch_stat``, with the unbiased variance like
+    PyTorch. In evaluation mode the running statistics normalise it.
+
+    The op is registered impure (``pure=False``) because a training-mode
+    call writes its running statistics: dead-code elimination or CSE must
+    never drop or merge one. This also keeps evaluation-mode calls, which is
+    only conservative (an unused eval batch_norm is rare; fold_conv_bn removes
+    the common ones).
+
+    Example:
+        >>> y = fxkit.ops.batch_norm(x, mean, var, weight, bias)  # x: (N, C, H, W)
+    """
+    _check_batch_norm(input, running_mean, running_var, weight, bias, training)
+    x = input
+    if training:
+        axes = (0,) + tuple(range(2, x.ndim))
+        count = x.size // x.shape[1]
+        acc = stat_dtype(x)
+        mean = x.mean(axis=axes, dtype=acc)
+        var = x.var(axis=axes, dtype=acc)
+        if running_mean is not None:
+            running_mean *= 1 - momentum
+            running_mean += mean * momentum
+        if running_var is not None:
+            running_var *= 1 - momentum
+            running_var += var * (momentum * count / (count - 1))
+    else:
+        mean, var = running_mean, running_var
+    # scale = weight / sqrt(var + eps), shift = bias - mean * scale, both (C,)
+    scale = var + eps
+    xp.sqrt(scale, out=scale)
+    xp.reciprocal(scale, out=scale)
+    if weight is not None:
+        scale *= weight
+    shift = mean * scale
+    xp.negative(shift, out=shift)
+    if bias is not None:
+        shift += bias
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    out = xp.multiply(x, scale.astype(x.dtype, copy=False).reshape(shape))
+    out += shift.astype(x.dtype, copy=False).reshape(shape)
+    return out
+
+
+def _row_statistics(xp, rows, eps):
+    """For ``rows`` of shape (R, M): the rows minus their means, the means (R,) and
+    ``1 / sqrt(biased variance + eps)`` (R,). Half types are computed in float32.
+
+    The sums of squares are batched dot products (``(R, 1, M) @ (R, M, 1)``):
+    BLAS-backed, with no squared temporary, and accurate over long rows.
+    """
+    mean = rows.mean(axis=1, keepdims=True, dtype=stat_dtype(rows))
+    centered = rows - mean
+    inv_std = xp.matmul(centered[:, None, :], centered[:, :, None]).reshape(rows.shape[0])
+    inv_std /= rows.shape[1]
+    inv_std += eps
+    xp.sqrt(inv_std, out=inv_std)
+    xp.reciprocal(inv_std, out=inv_std)
+    return centered, mean.reshape(rows.shape[0]), inv_std
+
+
+def _normalized_shape(normalized_shape):
+    return (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+
+
+def _check_layer_norm(input, normalized_shape, weight, bias):
+    norm = _normalized_shape(normalized_shape)
+    k = len(norm)
+    if k == 0 or len(input.shape) < k or shapes_differ(input.shape[len(input.shape) - k:], norm):
+        raise ShapeError(f"layer_norm: given normalized_shape={shown(norm)}, expected an input of shape "
+                         f"[*, {shown(norm)[1:-1]}], but got input of shape {shown(input.shape)}")
+    require_float("layer_norm", input)
+    for vec, what in ((weight, "weight"), (bias, "bias")):
+        if vec is not None and shapes_differ(vec.shape, norm):
+            raise ShapeError(f"layer_norm: expected {what} of the same shape as normalized_shape="
+                             f"{shown(norm)}, got {what} of shape {shown(vec.shape)}")
+    return norm
+
+
+def _layer_norm_rule(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    _check_layer_norm(input, normalized_shape, weight, bias)
+    return TensorMeta(input.shape, input.dtype, input.device)
+
+
+@op("layer_norm", kind="other", method=False, shape_rule=_layer_norm_rule)
+def layer_norm(xp, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalise over the trailing ``normalized_shape`` dimensions, then apply the
+    elementwise affine ``weight`` and ``bias`` (of shape ``normalized_shape``).
+
+    The variance is the biased one, like PyTorch; half-precision inputs are
+    normalised in float32 and cast back.
+
+    Example:
+        >>> y = fxkit.ops.layer_norm(x, (768,), weight, bias)
+    """
+    norm = _check_layer_norm(input, normalized_shape, weight, bias)
+    lead = input.shape[:input.ndim - len(norm)]
+    size = math.prod(norm)
+    out, _, inv_std = _row_statistics(xp, input.reshape(math.prod(lead), size), eps)
+    out *= inv_std[:, None]
+    if weight is not None:
+        out *= weight.reshape(size)
+    if bias is not None:
+        out += bias.reshape(size)
+    return out.reshape(input.shape).astype(input.dtype, copy=False)
+
+
+def _check_group_norm(input, num_groups, weight, bias):
+    if len(input.shape) < 2:
+        raise ShapeError(f"group_norm: expected an input of rank >= 2 (N, C, *), got shape {shown(input.shape)}")
+    if not isinstance(num_groups, int) or num_groups <= 0:
+        raise DTypeError(f"group_norm: num_groups must be a positive int, got {num_groups!r}")
+    require_float("group_norm", input)
+    channels = input.shape[1]
+    if isinstance(channels, int) and channels % num_groups:
+        raise ShapeError(f"group_norm: expected the number of channels to be divisible by num_groups, but got "
+                         f"input of shape {shown(input.shape)} ({channels} channels) and num_groups={num_groups}")
+    for vec, what in ((weight, "weight"), (bias, "bias")):
+        _check_channel_vector("group_norm", vec, what, channels)
+
+
+def _group_norm_rule(input, num_groups, weight=None, bias=None, eps=1e-5):
+    _check_group_norm(input, num_groups, weight, bias)
+    return TensorMeta(input.shape, input.dtype, input.device)
+
+
+@op("group_norm", kind="other", method=False, shape_rule=_group_norm_rule)
+def group_norm(xp, input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalise each of ``num_groups`` groups of channels of ``(N, C, *)`` inputs
+    over the group's channels and spatial positions, then apply the per-channel
+    affine ``weight`` and ``bias`` of shape ``(C,)``.
+
+    Example:
+        >>> y = fxkit.ops.group_norm(x, 8, weight, bias)  # x: (N, 32, H, W)
+    """
+    _check_group_norm(input, num_groups, weight, bias)
+    n, c = input.shape[:2]
+    per_group = c // num_groups
+    rows = input.reshape(n * num_groups, per_group * math.prod(input.shape[2:]))
+    _, mean, scale = _row_statistics(xp, rows, eps)
+    # per-(sample, channel) affine map: (N, G) statistics repeated over each group's channels
+    mean, scale = mean.reshape(n, num_groups), scale.reshape(n, num_groups)
+    scale = xp.repeat(scale, per_group, axis=1)
+    if weight is not None:
+        scale *= weight
+    shift = xp.repeat(mean, per_group, axis=1)
+    shift *= scale
+    xp.negative(shift, out=shift)
+    if bias is not None:
+        shift += bias
+    shape = (n, c) + (1,) * (input.ndim - 2)
+    out = xp.multiply(input, scale.astype(input.dtype, copy=False).reshape(shape))
+    out += shift.astype(input.dtype, copy=False).reshape(shape)
+    return out

@@ -1,0 +1,240 @@
+"""Pooling: max_pool2d, avg_pool2d and adaptive_avg_pool2d, as in PyTorch.
+
+The window ops loop over the kernel's taps, not over the data: each tap is
+one strided slice of the (padded) input covering every output position, so a
+3x3 pool is nine whole-array ``maximum``/``add`` calls, faster in numpy than
+reducing a windowed view over its two small trailing axes.
+"""
+import numpy as np
+
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.op import op
+from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d
+from fxkit.runtime.ops.nn_checks import dtype_of, require_float, shown
+from fxkit.runtime import dtypes as _dt
+
+
+def _pool_size(size, k, s, p, d, ceil_mode):
+    """PyTorch's pooling output size (``pooling_output_shape``)."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    # NOTE: ceil mode drops a last window that would start in the right padding; a symbolic
+    # size cannot be compared, so the rule then assumes the window starts inside.
+    if ceil_mode and isinstance(out, int) and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _pool_geometry(name, x, kernel_size, stride, padding, dilation, ceil_mode):
+    """Check a 2-D pool's arguments like PyTorch; returns ``(batched, kernel, stride, padding,
+    dilation, out_shape)`` with pairs for the spatial arguments."""
+    batched = check_rank(name, x.shape, 4)
+    kernel = ntuple(kernel_size, 2, name, "kernel_size")
+    stride = kernel if stride is None or stride == () or stride == [] else ntuple(stride, 2, name, "stride")
+    padding = ntuple(padding, 2, name, "padding")
+    dilation = ntuple(dilation, 2, name, "dilation")
+    for values, what in ((kernel, "kernel_size"), (stride, "stride"), (dilation, "dilation")):
+        if any(v < 1 for v in values):
+            raise ShapeError(f"{name}: {what} must be positive, got {list(values)}")
+    if any(p < 0 or p > k // 2 for p, k in zip(padding, kernel)):
+        raise ShapeError(f"{name}: pad should be at most half of kernel size, but got padding={list(padding)} "
+                         f"for kernel_size={list(kernel)}")
+    out = tuple(_pool_size(size, k, s, p, d, ceil_mode)
+                for size, k, s, p, d in zip(x.shape[-2:], kernel, stride, padding, dilation))
+    if any(isinstance(o, int) and o < 1 for o in out):
+        raise ShapeError(f"{name}: input of shape {shown(x.shape)} gives an output of size {list(out)}, "
+                         f"which is too small; use a smaller kernel_size or more padding")
+    return batched, kernel, stride, padding, dilation, tuple(x.shape[:-2]) + out
+
+
+def _windows(x, kernel, stride, dilation, out_hw):
+    """Yield ``(i, j, view)``: for each kernel tap, the input values it sees at every output position."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
+    span_h, span_w = (oh - 1) * sh + 1, (ow - 1) * sw + 1
+    for i in range(kh):
+        for j in range(kw):
+            yield i, j, x[..., i * dh:i * dh + span_h:sh, j * dw:j * dw + span_w:sw]
+
+
+def _padded(xp, x, kernel, stride, padding, dilation, out_hw, value):
+    """``x`` as 4-D with the border its windows reach into (PyTorch's padding plus ceil mode's overhang)."""
+    if x.ndim == 3:
+        x = x[None]
+    pad_after = [max(0, (o - 1) * s + d * (k - 1) + 1 - size - p)
+                 for o, s, d, k, size, p in zip(out_hw, stride, dilation, kernel, x.shape[-2:], padding)]
+    (ph, pw), (ah, aw) = padding, pad_after
+    if ph or pw or ah or aw:
+        x = pad2d(xp, x, ph, ah, pw, aw, value)
+    return x
+
+
+def _first_inside(start, step):
+    """The first of ``start, start + step, ...`` that is >= 0: where a window's real part begins."""
+    return np.where(start < 0, start + step * ((step - 1 - start) // step), start)
+
+
+def _max_pool2d_rule(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                     return_indices=False):
+    out_shape = _pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)[-1]
+    values = TensorMeta(out_shape, input.dtype, input.device)
+    return (values, TensorMeta(out_shape, _dt.int64, input.device)) if return_indices else values
+
+
+@op("max_pool2d", kind="conv", shape_rule=_max_pool2d_rule, method=False)
+def max_pool2d(xp, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """2-D max pooling, as ``torch.nn.functional.max_pool2d``.
+
+    Args:
+        input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``.
+        kernel_size, stride, padding, dilation: an int or a pair; ``stride`` defaults
+            to ``kernel_size``; ``padding`` is at most half the kernel and never wins.
+        ceil_mode: round the output size up (a last, partial window when it starts inside).
+        return_indices: also return, for each output, the flat index into ``H * W`` of the
+            input value it took (the first maximum in window order; NaN wins).
+
+    Returns:
+        The pooled tensor, or ``(values, indices)`` with ``return_indices``.
+    """
+    _, kernel, stride, padding, dilation, out_shape = _pool_geometry(
+        "max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)
+    dtype = dtype_of(input)
+    if dtype is _dt.bool_:
+        raise DTypeError("max_pool2d: bool tensors are not supported; cast the input with .float() first")
+    floating = dtype.is_floating_point
+    lowest = -np.inf if floating else np.iinfo(input.dtype).min
+    out_hw = out_shape[-2:]
+    x = _padded(xp, input, kernel, stride, padding, dilation, out_hw, lowest)
+    if not return_indices:
+        out = None
+        for _, _, v in _windows(x, kernel, stride, dilation, out_hw):
+            out = v.copy() if out is None else xp.maximum(out, v, out=out)
+        return out.reshape(out_shape)
+    # PyTorch's scan: start at -inf and the window's first real element; a tap replaces the
+    # maximum when strictly greater or NaN. The -inf border never replaces anything.
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    width = input.shape[-1]
+    rows = np.arange(out_hw[0]) * sh - ph
+    cols = np.arange(out_hw[1]) * sw - pw
+    first_row, first_col = _first_inside(rows, dh), _first_inside(cols, dw)
+    best = xp.full(x.shape[:2] + tuple(out_hw), lowest, x.dtype)
+    index = xp.asarray(first_row[:, None] * width + first_col[None, :])
+    for i, j, v in _windows(x, kernel, stride, dilation, out_hw):
+        take = v > best
+        if floating:
+            take |= xp.isnan(v)
+        best = xp.where(take, v, best)
+        index = xp.where(take, xp.asarray((rows + i * dh)[:, None] * width + (cols + j * dw)[None, :]), index)
+    return best.reshape(out_shape), index.reshape(out_shape)
+
+
+def _avg_divisor(size, out, k, s, p, count_include_pad):
+    """Per output position along one axis: the window's length inside the padded input, or
+    inside the real input without ``count_include_pad`` (PyTorch's ``pool_size``)."""
+    start = np.arange(out) * s - p
+    end = np.minimum(start + k, size + p)
+    if count_include_pad:
+        return end - start
+    return np.minimum(end, size) - np.maximum(start, 0)
+
+
+def _avg_pool2d_rule(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                     divisor_override=None):
+    out_shape = _pool_geometry("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)[-1]
+    return TensorMeta(out_shape, input.dtype, input.device)
+
+
+@op("avg_pool2d", kind="conv", shape_rule=_avg_pool2d_rule, method=False)
+def avg_pool2d(xp, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """2-D average pooling, as ``torch.nn.functional.avg_pool2d``.
+
+    Args:
+        input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``.
+        kernel_size, stride, padding: an int or a pair; ``stride`` defaults to ``kernel_size``.
+        ceil_mode: round the output size up (a last, partial window when it starts inside).
+        count_include_pad: divide by the window's size including zero padding (PyTorch's
+            default) rather than by the number of real input values in it.
+        divisor_override: divide every window's sum by this instead.
+
+    Integer inputs average with truncating division, like PyTorch.
+    """
+    _, kernel, stride, padding, dilation, out_shape = _pool_geometry(
+        "avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
+    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
+        raise ShapeError(f"avg_pool2d: divisor_override must be a nonzero integer, got {divisor_override!r}")
+    dtype = dtype_of(input)
+    if dtype is _dt.bool_:
+        raise DTypeError("avg_pool2d: bool tensors are not supported; cast the input with .float() first")
+    out_hw = out_shape[-2:]
+    x = _padded(xp, input, kernel, stride, padding, dilation, out_hw, 0)
+    floating = dtype.is_floating_point
+    acc = None
+    for _, _, v in _windows(x, kernel, stride, dilation, out_hw):
+        if acc is None:
+            acc = v.astype(x.dtype if floating else np.int64)
+        else:
+            acc += v
+    if divisor_override is not None:
+        divisor = divisor_override
+    else:
+        per_axis = [_avg_divisor(size, o, k, s, p, count_include_pad)
+                    for size, o, k, s, p in zip(input.shape[-2:], out_hw, kernel, stride, padding)]
+        divisor = per_axis[0][:, None] * per_axis[1][None, :]
+        divisor = int(divisor[0, 0]) if (divisor == divisor[0, 0]).all() else xp.asarray(divisor.astype(acc.dtype))
+    if floating:
+        acc /= divisor
+        return acc.reshape(out_shape)
+    return xp.trunc(acc / divisor).astype(input.dtype).reshape(out_shape)
+
+
+def _adaptive_geometry(x, output_size):
+    name = "adaptive_avg_pool2d"
+    check_rank(name, x.shape, 4)
+    require_float(name, x)
+    if any(isinstance(d, int) and d == 0 for d in x.shape[-3:]):
+        raise ShapeError(f"{name}: expected an input with non-zero sizes outside the batch dimension, "
+                         f"got shape {shown(x.shape)}")
+    size = ntuple(output_size, 2, name, "output_size")
+    size = tuple(d if o is None else o for o, d in zip(size, x.shape[-2:]))
+    if any(isinstance(o, int) and o < 0 for o in size):
+        raise ShapeError(f"{name}: output_size must be non-negative, got {output_size!r}")
+    return tuple(x.shape[:-2]) + size
+
+
+def _adaptive_avg_pool2d_rule(input, output_size):
+    return TensorMeta(_adaptive_geometry(input, output_size), input.dtype, input.device)
+
+
+def _adaptive_matrix(size, out, dtype):
+    """``(out, size)`` averaging matrix: row o averages PyTorch's window
+    ``[floor(o * size / out), ceil((o + 1) * size / out))``."""
+    o = np.arange(out)
+    start, end = o * size // out, ((o + 1) * size + out - 1) // out
+    pos = np.arange(size)
+    inside = (pos >= start[:, None]) & (pos < end[:, None])
+    return (inside / (end - start)[:, None]).astype(dtype)
+
+
+@op("adaptive_avg_pool2d", kind="conv", shape_rule=_adaptive_avg_pool2d_rule, method=False)
+def adaptive_avg_pool2d(xp, input, output_size):
+    """2-D adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool2d``.
+
+    Args:
+        input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``.
+        output_size: an int or a pair ``(OH, OW)``; a None entry keeps that input size.
+            Windows may overlap when the sizes do not divide.
+
+    Example:
+        >>> fxkit.adaptive_avg_pool2d(fxkit.randn(8, 512, 7, 7), 1).shape
+        (8, 512, 1, 1)
+    """
+    out_shape = _adaptive_geometry(input, output_size)
+    (h, w), (oh, ow) = input.shape[-2:], out_shape[-2:]
+    if oh == 1 and ow == 1:
+        return input.mean(axis=(-2, -1), keepdims=True)
+    if oh and ow and h % oh == 0 and w % ow == 0:
+        lead = input.shape[:-2]
+        return input.reshape(*lead, oh, h // oh, ow, w // ow).mean(axis=(-3, -1))
+    rows = xp.asarray(_adaptive_matrix(h, oh, input.dtype))
+    cols = xp.asarray(_adaptive_matrix(w, ow, input.dtype).T)
+    return xp.matmul(rows, xp.matmul(input, cols))

@@ -1,0 +1,342 @@
+"""`save` / `load`: a data-only file format for GraphModules.
+
+A saved GraphModule is a directory (or a ``.zip`` of the same files):
+
+- ``graph.json``: the nodes (name, opcode, target, args, kwargs, source line);
+  targets are op names, submodule paths and dotted function names; constants
+  are tagged JSON values (``{"$tuple": [...]}``, ``{"$dtype": "float32"}``, ...).
+- ``modules.json``: each called submodule as its class name and constructor
+  arguments (``Module._init_kwargs()``), plus its training flag.
+- ``weights.npz``: every tensor by qualified name, written and read with
+  ``allow_pickle=False``.
+- ``code.py``: the generated forward, for people to read.
+
+Loading never unpickles and runs no code from the files: modules are built from
+fxkit's own classes (others only when passed in ``custom_objects``), and the
+forward is regenerated from ``graph.json``.
+
+Example:
+    >>> fxkit.save(gm, "model.zip")
+    >>> gm2 = fxkit.load("model.zip")
+"""
+import importlib
+import io
+import json
+import math
+import os
+import zipfile
+
+import numpy as np
+
+import fxkit.nn
+from fxkit.errors import GraphError
+from fxkit.graph import Graph, GraphModule, Node, SourceLocation
+from fxkit.runtime.device import Device
+from fxkit.runtime.dtypes import DType, from_name
+from fxkit.runtime.nn import Module, Parameter
+from fxkit.runtime.op import Op
+from fxkit.runtime.registry import get_op
+from fxkit.runtime.tensor import Tensor
+
+FORMAT = "fxkit.graph_module"
+VERSION = 1
+_FILES = ("graph.json", "modules.json", "weights.npz", "code.py")
+_SAFE_BUILTINS = {"builtins.getattr": getattr}
+
+
+def save(gm, path):
+    """Write ``gm`` to ``path``: a directory, or a zip file when ``path`` ends in ``.zip``.
+
+    Args:
+        gm: the GraphModule to save.
+        path: where to write.
+
+    Raises:
+        GraphError: a node holds a constant the format cannot store (named with its node).
+    """
+    weights = {}
+    modules, attrs = {}, {}
+    for node in gm.graph.nodes:
+        if node.op == "call" and isinstance(node.target, str) and node.target not in modules:
+            modules[node.target] = _module_spec(gm, node.target, weights)
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and not _under(node.target, modules):
+            tensor = _attribute(gm, node.target)
+            weights[node.target] = tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
+            attrs[node.target] = {"parameter": isinstance(tensor, Parameter), "device": str(tensor.device)}
+    encoder = _Encoder(weights)
+    doc = {"format": FORMAT, "version": VERSION, "class_name": type(gm).__name__,
+           "training": gm.training, "attributes": attrs,
+           "nodes": [encoder.node(n) for n in gm.graph.nodes]}
+    buffer = io.BytesIO()
+    np.savez(buffer, **weights)
+    files = {"graph.json": json.dumps(doc, indent=1).encode(),
+             "modules.json": json.dumps(modules, indent=1).encode(),
+             "weights.npz": buffer.getvalue(),
+             "code.py": gm.code.encode()}
+    path = os.fspath(path)
+    if path.endswith(".zip"):
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for name, data in files.items():
+                zf.writestr(name, data)
+    else:
+        os.makedirs(path, exist_ok=True)
+        for name, data in files.items():
+            with open(os.path.join(path, name), "wb") as f:
+                f.write(data)
+
+
+def load(path, custom_objects=None):
+    """Read a GraphModule written by `save`.
+
+    Args:
+        path: the directory or zip file.
+        custom_objects: ``{dotted name: class or function}`` for user-defined
+            leaf modules and wrapped functions the graph names; nothing outside
+            fxkit is imported.
+
+    Returns:
+        A GraphModule computing what the saved one computed.
+
+    Raises:
+        GraphError: the files are not this format, or name a class or function
+            that is neither fxkit's nor in ``custom_objects``.
+    """
+    files = _read(os.fspath(path))
+    doc = json.loads(files["graph.json"])
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise GraphError(f"load: {path} is not an fxkit GraphModule of version {VERSION} "
+                         f"(format {doc.get('format')!r}, version {doc.get('version')!r})")
+    custom_objects = dict(custom_objects or {})
+    try:
+        with np.load(io.BytesIO(files["weights.npz"]), allow_pickle=False) as npz:
+            weights = {k: npz[k] for k in npz.files}
+    except ValueError as exc:
+        raise GraphError(f"load: {path}: weights.npz holds pickled objects or is damaged ({exc}); "
+                         f"fxkit never unpickles, so such files cannot be loaded") from None
+    specs = json.loads(files["modules.json"])
+    root = {}
+    for qualname, spec in specs.items():
+        root[qualname] = _build_module(qualname, spec, weights, custom_objects)
+    for target, info in doc["attributes"].items():
+        tensor = Tensor(weights[target])
+        if info["device"] != "cpu":
+            tensor = tensor.to(info["device"])
+        root[target] = Parameter(tensor) if info["parameter"] else tensor
+    decoder = _Decoder(weights, custom_objects)
+    graph = Graph()
+    for entry in doc["nodes"]:
+        decoder.node(graph, entry)
+    gm = GraphModule(root, graph, doc["class_name"])
+    gm.train(doc["training"])
+    for qualname, spec in specs.items():
+        gm.get_submodule(qualname).train(spec["training"])
+    return gm
+
+
+# -- modules and tensors ---------------------------------------------------------------
+def _under(target, modules):
+    return any(target.startswith(q + ".") for q in modules)
+
+
+def _attribute(gm, target):
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    if not isinstance(value, Tensor):
+        raise GraphError(f"save: get_attr target {target!r} is a {type(value).__name__}, not a tensor")
+    return value
+
+
+def _class_name(cls):
+    if getattr(fxkit.nn, cls.__name__, None) is cls:
+        return cls.__name__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _module_spec(gm, qualname, weights):
+    module = gm.get_submodule(qualname)
+    for key, tensor in module.state_dict().items():
+        weights[f"{qualname}.{key}"] = tensor.cpu().numpy()
+    device = next((str(t.device) for t in module.state_dict().values()), "cpu")
+    return {"class": _class_name(type(module)), "kwargs": module._init_kwargs(),
+            "training": module.training, "device": device}
+
+
+def _build_module(qualname, spec, weights, custom_objects):
+    name = spec["class"]
+    cls = custom_objects.get(name)
+    if cls is None and "." not in name:
+        cls = getattr(fxkit.nn, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Module)):
+        raise GraphError(f"load: module {qualname!r} is a {name}, which is no fxkit.nn layer; pass "
+                         f"custom_objects={{{name!r}: TheClass}} to build it (loading imports no user code)")
+    module = cls(**spec["kwargs"])
+    prefix = qualname + "."
+    module.load_state_dict({k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)})
+    if spec["device"] != "cpu":
+        module.to(spec["device"])
+    return module
+
+
+def _function_name(fn):
+    module = getattr(fn, "__module__", None) or "builtins"
+    return f"{module}.{fn.__qualname__}"
+
+
+def _resolve_function(name, custom_objects):
+    fn = custom_objects.get(name) or _SAFE_BUILTINS.get(name)
+    if fn is None and name.startswith("fxkit."):
+        module, _, qualname = name.rpartition(".")
+        while module and fn is None:
+            try:
+                fn = importlib.import_module(module)
+            except ImportError:
+                module, _, head = module.rpartition(".")
+                qualname = f"{head}.{qualname}"
+        for part in qualname.split("."):
+            fn = getattr(fn, part, None)
+    if not callable(fn):
+        raise GraphError(f"load: the graph calls function {name!r}, which is not fxkit's; pass "
+                         f"custom_objects={{{name!r}: the_function}} to allow it (loading imports no user code)")
+    return fn
+
+
+def _read(path):
+    if os.path.isdir(path):
+        files = {}
+        for name in _FILES:
+            with open(os.path.join(path, name), "rb") as f:
+                files[name] = f.read()
+        return files
+    if not zipfile.is_zipfile(path):
+        raise GraphError(f"load: {path} is neither a directory nor a zip file written by fxkit.save")
+    with zipfile.ZipFile(path) as zf:
+        return {name: zf.read(name) for name in _FILES}
+
+
+# -- values as tagged JSON ----------------------------------------------------------------
+class _Encoder:
+    """Constants and node references as JSON; tensors inside args go to the weights."""
+
+    def __init__(self, weights):
+        self.weights = weights
+        self.node_name = None
+
+    def node(self, node):
+        self.node_name = node.name
+        meta = {}
+        for key, value in node.meta.items():
+            try:
+                meta[key] = self.value(value)
+            except GraphError:
+                continue  # NOTE: meta is advisory; values the format cannot hold are dropped
+        return {"name": node.name, "op": node.op, "target": self.target(node.target),
+                "args": self.value(node.args), "kwargs": self.value(node.kwargs), "meta": meta}
+
+    def target(self, target):
+        if isinstance(target, str):
+            return target
+        if isinstance(target, Op):
+            return {"$op": target.name}
+        return {"$function": _function_name(target)}
+
+    def value(self, v):
+        t = type(v)
+        if v is None or t in (bool, int, str):
+            return v
+        if t is float:
+            return v if math.isfinite(v) else {"$float": repr(v)}
+        if t is list:
+            return [self.value(x) for x in v]
+        if t is tuple or t is SourceLocation:
+            return {"$tuple" if t is tuple else "$location": [self.value(x) for x in v]}
+        if t is dict:
+            return {"$dict": [[self.value(k), self.value(x)] for k, x in v.items()]}
+        if t is slice:
+            return {"$slice": [self.value(v.start), self.value(v.stop), self.value(v.step)]}
+        if v is Ellipsis:
+            return {"$ellipsis": True}
+        if t is complex:
+            return {"$complex": [v.real, v.imag]}
+        if isinstance(v, Node):
+            return {"$node": v.name}
+        if isinstance(v, DType):
+            return {"$dtype": v.name}
+        if isinstance(v, Device):
+            return {"$device": str(v)}
+        if isinstance(v, Op):
+            return {"$op": v.name}
+        if isinstance(v, np.generic):
+            return {"$scalar": [v.dtype.str, v.item()]}
+        if isinstance(v, Tensor):
+            key = f"__constant__.{self.node_name}.{len(self.weights)}"
+            self.weights[key] = v.cpu().numpy()
+            return {"$tensor": key}
+        if callable(v) and hasattr(v, "__qualname__"):
+            return {"$function": _function_name(v)}
+        raise GraphError(f"save: node %{self.node_name} holds a {t.__name__} constant ({v!r:.60}), which the "
+                         f"data-only format cannot store; keep tensors as attributes (get_attr) and use "
+                         f"Python scalars, strings, tuples, lists, dicts, dtypes or devices as constants")
+
+
+class _Decoder:
+    def __init__(self, weights, custom_objects):
+        self.weights = weights
+        self.custom_objects = custom_objects
+        self.env = {}
+
+    def node(self, graph, entry):
+        op, name = entry["op"], entry["name"]
+        args, kwargs = self.value(entry["args"]), self.value(entry["kwargs"])
+        if op == "output":
+            node = graph.output(args[0])
+        else:
+            node = graph.create_node(op, self.target(entry["target"]), args, kwargs, name=name)
+        if node.name != name:
+            raise GraphError(f"load: node {name!r} came back as {node.name!r}; the file is corrupt")
+        node.meta.update({k: self.value(v) for k, v in entry["meta"].items()})
+        self.env[name] = node
+
+    def target(self, target):
+        if isinstance(target, str):
+            return target
+        if "$op" in target:
+            return get_op(target["$op"])
+        return _resolve_function(target["$function"], self.custom_objects)
+
+    def value(self, v):
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if not isinstance(v, dict):
+            return v
+        (tag, body), = v.items()
+        if tag == "$node":
+            return self.env[body]
+        if tag == "$tuple":
+            return tuple(self.value(x) for x in body)
+        if tag == "$location":
+            return SourceLocation(*body)
+        if tag == "$dict":
+            return {self.value(k): self.value(x) for k, x in body}
+        if tag == "$slice":
+            return slice(*(self.value(x) for x in body))
+        if tag == "$float":
+            return float(body)
+        if tag == "$ellipsis":
+            return Ellipsis
+        if tag == "$complex":
+            return complex(*body)
+        if tag == "$dtype":
+            return from_name(body)
+        if tag == "$device":
+            return Device(body)
+        if tag == "$op":
+            return get_op(body)
+        if tag == "$scalar":
+            return np.dtype(body[0]).type(body[1])
+        if tag == "$tensor":
+            return Tensor(self.weights[body])
+        if tag == "$function":
+            return _resolve_function(body, self.custom_objects)
+        raise GraphError(f"load: unknown value tag {tag!r} in graph.json")

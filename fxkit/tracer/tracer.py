@@ -1,0 +1,316 @@
+"""`Tracer` and `symbolic_trace`: run a model on proxies and record a `Graph`.
+
+The tracer calls ``forward`` with one `Proxy` a graph input. Ops reach it
+through the runtime's dispatch hook (`Op.__call__` hands any call with a
+proxy to `Tracer.record_op`); modules reach it through ``Module.__call__``,
+``__getattr__`` and ``__setattr__``, which are patched for the duration of
+the trace only (restored in ``finally``): leaf modules become one ``call``
+node each, parameters and buffers become ``get_attr`` nodes, and assigning
+to a module attribute is refused.
+
+Example:
+    >>> gm = fxkit.symbolic_trace(model)
+    >>> print(gm.graph)
+    >>> gm(x)        # equals model(x)
+"""
+import inspect
+
+import numpy as np
+
+from fxkit.errors import TraceError
+from fxkit.graph import Graph, GraphModule
+from fxkit.runtime import nn
+from fxkit.runtime.dtypes import DType
+from fxkit.runtime.device import Device
+from fxkit.runtime.op import Op
+from fxkit.runtime.tensor import Tensor
+from fxkit.runtime.tracing_hook import ACTIVE
+from fxkit.tracer import wrap as _wrap
+from fxkit.tracer.proxy import Proxy, trace_error
+from fxkit.tracer.stack import user_location
+
+_ATOMS = (int, float, bool, str, type(None), complex, type(Ellipsis), DType, Device, Op)
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+_BUILTIN_PREFIXES = ("fxkit.runtime.nn", "fxkit.nn")
+
+
+class Tracer:
+    """Records a model's forward as a `Graph`; subclass to change what is traced.
+
+    Override `is_leaf_module` to keep more (or fewer) modules as single
+    ``call`` nodes, or `create_proxy` / `create_node` to annotate nodes.
+
+    Example:
+        >>> class KeepBlocks(fxkit.Tracer):
+        ...     def is_leaf_module(self, module, qualname):
+        ...         return isinstance(module, Block) or super().is_leaf_module(module, qualname)
+        >>> graph = KeepBlocks().trace(model)
+    """
+
+    def __init__(self):
+        self.graph = None
+        self.root = None
+        self._module_paths = {}
+        self._tensor_paths = {}
+        self._attr_proxies = {}
+        self._arrays = {}
+        self._constants = []
+
+    # -- what stays one node ---------------------------------------------------------
+    def is_leaf_module(self, module, qualname):
+        """Whether ``module`` (at ``qualname``) is recorded as one ``call`` node.
+
+        The default keeps every built-in `fxkit.nn` layer (``Linear``, ``Conv2d``,
+        ``BatchNorm2d``, ...) and traces through containers (``Sequential``,
+        ``ModuleList``, ``ModuleDict``) and user-defined modules.
+        """
+        cls = type(module)
+        return (cls.__module__.startswith(_BUILTIN_PREFIXES) and cls is not nn.Module
+                and not isinstance(module, _CONTAINERS))
+
+    # -- recording ---------------------------------------------------------------------
+    def create_node(self, op, target, args, kwargs, name=None):
+        """Add a node to the graph, with the user's source line in ``meta["stack"]``."""
+        node = self.graph.create_node(op, target, args, kwargs, name)
+        node.meta["stack"] = user_location(0)
+        return node
+
+    def proxy(self, node):
+        """The proxy standing for ``node``'s value (override to use a Proxy subclass)."""
+        return Proxy(node, self)
+
+    def create_proxy(self, op, target, args, kwargs, name=None):
+        """Record ``target(*args, **kwargs)`` and return the proxy of its result.
+
+        Proxies in ``args``/``kwargs`` become their nodes, tensors become
+        ``get_attr`` nodes (parameters and buffers by their qualified name,
+        other tensors as ``_tensor_constant<N>`` attributes added to the root).
+        """
+        node = self.create_node(op, target, self.create_arg(args), self.create_arg(kwargs), name)
+        return self.proxy(node)
+
+    def record_op(self, op, args, kwargs):
+        """The runtime's dispatch hook: an `Op` was called with a proxy among its arguments."""
+        return self.create_proxy("call", op, args, kwargs)
+
+    def create_arg(self, a):
+        """``a`` as a node argument: proxies -> nodes, tensors -> get_attr nodes, containers mapped."""
+        t = type(a)
+        if t is Proxy or isinstance(a, Proxy):
+            if a.tracer is not self:
+                raise trace_error(f"traced value {a.node!r} belongs to another trace")
+            return a.node
+        if t in _ATOMS:
+            return a
+        if t is tuple:
+            return tuple([self.create_arg(v) for v in a])
+        if t is list:
+            return [self.create_arg(v) for v in a]
+        if t is dict:
+            return {k: self.create_arg(v) for k, v in a.items()}
+        if t is slice:
+            return slice(self.create_arg(a.start), self.create_arg(a.stop), self.create_arg(a.step))
+        if isinstance(a, Tensor):
+            return self._tensor_proxy(a).node
+        if isinstance(a, np.ndarray):
+            return self._array_proxy(a).node
+        if isinstance(a, tuple) and hasattr(a, "_fields"):
+            return t(*[self.create_arg(v) for v in a])
+        if isinstance(a, nn.Module):
+            raise trace_error(f"a module ({t.__name__}) was passed as an argument to a traced call; "
+                              f"call the module instead of passing it around")
+        return a
+
+    # -- tensors of the module ---------------------------------------------------------
+    def _attr_proxy(self, tensor, qualname):
+        """The one ``get_attr`` proxy of a parameter, buffer or constant."""
+        proxy = self._attr_proxies.get(id(tensor))
+        if proxy is None:
+            proxy = self._attr_proxies[id(tensor)] = self.proxy(
+                self.create_node("get_attr", qualname, (), {}))
+            self._constants.append(tensor)  # NOTE: keeps ids unique while the trace runs
+        return proxy
+
+    def _tensor_proxy(self, tensor):
+        proxy = self._attr_proxies.get(id(tensor))
+        if proxy is not None:
+            return proxy
+        qualname = self._tensor_paths.get(id(tensor))
+        if qualname is None:
+            qualname = self._new_constant_name()
+            _patches.setattr(self.root, qualname, tensor)
+        return self._attr_proxy(tensor, qualname)
+
+    def _array_proxy(self, array):
+        """A numpy array constant becomes a tensor constant (the op reads the same data)."""
+        tensor = self._arrays.get(id(array))
+        if tensor is None:
+            tensor = self._arrays[id(array)] = Tensor(array)
+            self._constants.append(array)
+        return self._tensor_proxy(tensor)
+
+    def _new_constant_name(self):
+        i = 0
+        while hasattr(self.root, f"_tensor_constant{i}"):
+            i += 1
+        return f"_tensor_constant{i}"
+
+    # -- the trace ---------------------------------------------------------------------
+    def trace(self, root, concrete_args=None):
+        """Trace ``root`` (an `fxkit.nn.Module` or a function) into a `Graph`.
+
+        Args:
+            root: the module whose ``forward`` is traced, or a free function.
+            concrete_args: ``{argument name: value}`` of inputs fixed to a constant
+                (flags, ``None`` masks, configuration); the graph keeps a
+                placeholder with that default and specialises on the value.
+
+        Returns:
+            The recorded `Graph`; ``self.root`` is the module it refers to.
+        """
+        if isinstance(root, nn.Module):
+            self.root, fn, skip = root, type(root).forward, 1
+        elif callable(root):
+            self.root, fn, skip = nn.Module(), root, 0
+        else:
+            raise TraceError(f"symbolic_trace: expected an fxkit.nn.Module or a function, got {type(root).__name__}")
+        self.graph = Graph()
+        self._module_paths = {id(m): name for name, m in self.root.named_modules()}
+        self._tensor_paths = {id(t): name for name, t in self.root.named_parameters()}
+        self._tensor_paths.update({id(t): name for name, t in self.root.named_buffers()})
+        self._attr_proxies = {}
+        self._arrays = {}
+        self._constants = []
+        args, kwargs = self._placeholders(fn, skip, dict(concrete_args or {}))
+        if skip:
+            args.insert(0, self.root)
+        with _patches(self):
+            ACTIVE.append(self)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                ACTIVE.pop()
+        self.graph.output(self.create_arg(result))
+        self._arrays = {}
+        self._constants = []
+        return self.graph
+
+    def _placeholders(self, fn, skip, concrete_args):
+        """One placeholder per argument of ``fn`` (after ``self``); the values to call it with."""
+        params = list(inspect.signature(fn).parameters.values())[skip:]
+        unknown = set(concrete_args) - {p.name for p in params}
+        if unknown:
+            raise TraceError(f"symbolic_trace: concrete_args names {sorted(unknown)}, which "
+                             f"{fn.__qualname__} does not take (its arguments: {[p.name for p in params]})")
+        args, kwargs = [], {}
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TraceError(f"symbolic_trace: {fn.__qualname__} takes {'*' if p.kind == p.VAR_POSITIONAL else '**'}"
+                                 f"{p.name}; give forward named arguments (a nested tuple/dict argument is fine)")
+            if p.name in concrete_args:
+                value = concrete_args[p.name]
+                self.graph.placeholder(p.name, default=value)
+            else:
+                node = (self.graph.placeholder(p.name) if p.default is p.empty
+                        else self.graph.placeholder(p.name, default=p.default))
+                node.meta["stack"] = user_location(0)
+                value = self.proxy(node)
+            if p.kind == p.KEYWORD_ONLY:
+                kwargs[p.name] = value
+            else:
+                args.append(value)
+        return args, kwargs
+
+
+class _Patches:
+    """Patches ``Module.__call__/__getattr__/__setattr__`` and the functions registered
+    with ``fxkit.wrap("name")`` while one trace runs, restoring them in ``__exit__``."""
+
+    def __init__(self):
+        self.setattr = nn.Module.__setattr__
+        self._stack = []
+
+    def __call__(self, tracer):
+        self._tracer = tracer
+        return self
+
+    def __enter__(self):
+        tracer = self._tracer
+        cls = nn.Module
+        saved = {name: cls.__dict__.get(name, _MISSING) for name in ("__call__", "__getattr__", "__setattr__")}
+        paths = tracer._module_paths
+        call, setattr_ = cls.__call__, cls.__setattr__
+        getattr_ = getattr(cls, "__getattr__", _no_attribute)
+        is_leaf = tracer.is_leaf_module
+
+        def module_call(mod, *args, **kwargs):
+            path = paths.get(id(mod))
+            if path is not None and is_leaf(mod, path):
+                return tracer.create_proxy("call", path, args, kwargs)
+            return call(mod, *args, **kwargs)
+
+        def module_getattr(mod, name):
+            value = getattr_(mod, name)
+            if isinstance(value, Tensor):
+                path = paths.get(id(mod))
+                if path is not None:
+                    return tracer._attr_proxy(value, f"{path}.{name}" if path else name)
+            return value
+
+        def module_setattr(mod, name, value):
+            if id(mod) in paths:
+                where = paths[id(mod)] or type(mod).__name__
+                raise trace_error(
+                    f"in-place mutation of a module attribute: `self.{name} = ...` on {where} while tracing; "
+                    f"a traced graph cannot change its module's state",
+                    hint="return the value instead of storing it, or make the module a leaf "
+                         "(subclass fxkit.Tracer and override is_leaf_module)")
+            setattr_(mod, name, value)
+
+        cls.__call__, cls.__getattr__, cls.__setattr__ = module_call, module_getattr, module_setattr
+        self._stack.append((saved, _wrap.patch_wrapped(tracer)))
+        return self
+
+    def __exit__(self, *exc):
+        saved, restore = self._stack.pop()
+        for name, value in saved.items():
+            if value is _MISSING:
+                delattr(nn.Module, name)
+            else:
+                setattr(nn.Module, name, value)
+        restore()
+        return False
+
+
+def _no_attribute(mod, name):
+    raise AttributeError(f"{type(mod).__name__!r} object has no attribute {name!r}")
+
+
+_MISSING = object()
+_patches = _Patches()
+
+
+def symbolic_trace(root, concrete_args=None):
+    """Trace a module or function into a `GraphModule` that computes the same outputs.
+
+    Args:
+        root: an `fxkit.nn.Module` or a function of tensors.
+        concrete_args: ``{argument name: value}`` of inputs to specialise on.
+
+    Returns:
+        A `GraphModule` holding the graph, its generated code and the
+        parameters it uses.
+
+    Raises:
+        TraceError: the code needs a concrete value (``if x.sum() > 0``,
+            ``len(x)``, ``int(x)``, numpy on a tensor, ...); the message names
+            the line and the ways out.
+
+    Example:
+        >>> gm = fxkit.symbolic_trace(model)
+        >>> print(gm.code)
+    """
+    tracer = Tracer()
+    graph = tracer.trace(root, concrete_args)
+    name = type(root).__name__ if isinstance(root, nn.Module) else getattr(root, "__name__", "")
+    return GraphModule(tracer.root, graph, name if name.isidentifier() else "GraphModule")

@@ -1,0 +1,168 @@
+"""fxkit.save / fxkit.load: a data-only round trip that never unpickles."""
+import json
+import pickle
+import re
+import zipfile
+
+import numpy as np
+import pytest
+
+import fxkit
+from fxkit import nn
+from tests.tracer.paths import assert_same
+
+
+def randn(rng, *shape):
+    return fxkit.from_numpy(rng.standard_normal(shape).astype(np.float32))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+        self.scale = nn.Parameter(fxkit.rand(5))
+        self.register_buffer("offset", fxkit.rand(5))
+
+    def forward(self, x, extra):
+        y = self.bn(self.conv(x)).relu()
+        y = self.fc(y.view(y.shape[0], -1))
+        y = y[..., 0:5:1]
+        return {"out": y * self.scale + self.offset, "odd 'key'\n": extra["a'\"\nb"].to(fxkit.float32)}
+
+
+def inputs(rng):
+    return randn(rng, 2, 3, 6, 6), {"a'\"\nb": randn(rng, 2, 5).double()}
+
+
+@pytest.mark.parametrize("suffix", ["saved.zip", "saved_dir"])
+def test_round_trip_preserves_outputs_graph_and_code(rng, tmp_path, suffix):
+    model = Net().train()
+    gm = fxkit.symbolic_trace(model)
+    fxkit.save(gm, tmp_path / suffix)
+    loaded = fxkit.load(tmp_path / suffix)
+    assert str(loaded.graph) == str(gm.graph)
+    assert loaded.code == gm.code
+    assert loaded.training and loaded.get_submodule("bn").training
+    args = inputs(rng)
+    assert_same(loaded(*args), model(*args))
+    loaded.graph.lint()
+
+
+def test_files_are_data(tmp_path):
+    gm = fxkit.symbolic_trace(Net())
+    fxkit.save(gm, tmp_path / "m")
+    names = sorted(p.name for p in (tmp_path / "m").iterdir())
+    assert names == ["code.py", "graph.json", "modules.json", "weights.npz"]
+    modules = json.loads((tmp_path / "m" / "modules.json").read_text())
+    assert modules["conv"]["class"] == "Conv2d" and modules["conv"]["kwargs"]["padding"] in (1, [1, 1])
+    doc = json.loads((tmp_path / "m" / "graph.json").read_text())
+    targets = {n["name"]: n["target"] for n in doc["nodes"]}
+    assert targets["conv"] == "conv" and targets["relu"] == {"$op": "relu"}
+    with np.load(tmp_path / "m" / "weights.npz", allow_pickle=False) as npz:
+        assert {"conv.weight", "bn.running_mean", "scale", "offset"} <= set(npz.files)
+
+
+def test_load_never_unpickles_or_runs_saved_code(rng, tmp_path, monkeypatch):
+    gm = fxkit.symbolic_trace(Net())
+    fxkit.save(gm, tmp_path / "m")
+    marker = tmp_path / "pwned"
+    (tmp_path / "m" / "code.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("load unpickled something")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+    loaded = fxkit.load(tmp_path / "m")
+    args = inputs(rng)
+    assert_same(loaded(*args), gm(*args))
+    assert not marker.exists()
+
+
+def test_pickled_arrays_in_weights_are_refused(tmp_path):
+    gm = fxkit.symbolic_trace(Net())
+    fxkit.save(gm, tmp_path / "m")
+    np.savez(tmp_path / "m" / "weights.npz", scale=np.array([object()], dtype=object))
+    with pytest.raises(fxkit.GraphError, match="weights.npz holds pickled objects"):
+        fxkit.load(tmp_path / "m")
+
+
+def test_not_a_saved_module(tmp_path):
+    path = tmp_path / "other.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name in ("graph.json", "modules.json", "weights.npz", "code.py"):
+            zf.writestr(name, "{}")
+    with pytest.raises(fxkit.GraphError, match="is not an fxkit GraphModule"):
+        fxkit.load(path)
+    (tmp_path / "plain.txt").write_text("hello")
+    with pytest.raises(fxkit.GraphError, match="neither a directory nor a zip file"):
+        fxkit.load(tmp_path / "plain.txt")
+
+
+class Custom(nn.Module):
+    def __init__(self, k=2.0):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k
+
+    def _init_kwargs(self):
+        return {"k": self.k}
+
+
+@fxkit.wrap
+def twice(x):
+    return x * 2
+
+
+class UsesCustom(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.custom = Custom(3.0)
+
+    def forward(self, x):
+        return twice(self.custom(x))
+
+
+class CustomLeaves(fxkit.Tracer):
+    def is_leaf_module(self, module, qualname):
+        return isinstance(module, Custom) or super().is_leaf_module(module, qualname)
+
+
+def test_user_classes_and_functions_need_custom_objects(rng, tmp_path):
+    model = UsesCustom()
+    gm = fxkit.GraphModule(model, CustomLeaves().trace(model))
+    fxkit.save(gm, tmp_path / "m.zip")
+    cls_name = f"{Custom.__module__}.{Custom.__qualname__}"
+    fn_name = f"{twice.__module__}.{twice.__qualname__}"
+    with pytest.raises(fxkit.GraphError, match=re.escape(f"custom_objects={{{cls_name!r}: TheClass}}")):
+        fxkit.load(tmp_path / "m.zip")
+    with pytest.raises(fxkit.GraphError, match=re.escape(f"calls function {fn_name!r}")):
+        fxkit.load(tmp_path / "m.zip", custom_objects={cls_name: Custom})
+    loaded = fxkit.load(tmp_path / "m.zip", custom_objects={cls_name: Custom, fn_name: twice})
+    x = randn(rng, 3)
+    assert_same(loaded(x), model(x))
+
+
+def test_unstorable_constant_names_the_node(tmp_path):
+    graph = fxkit.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call(fxkit.ops.add, (x, object())))
+    gm = fxkit.GraphModule(nn.Module(), graph)
+    with pytest.raises(fxkit.GraphError, match="node %add holds a object constant"):
+        fxkit.save(gm, tmp_path / "m")
+
+
+def test_tensor_constants_in_args_round_trip(rng, tmp_path):
+    table = randn(rng, 3)
+    graph = fxkit.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call(fxkit.ops.add, (x, table)))
+    gm = fxkit.GraphModule(nn.Module(), graph)
+    fxkit.save(gm, tmp_path / "m")
+    x = randn(rng, 3)
+    assert_same(fxkit.load(tmp_path / "m")(x), x + table)
