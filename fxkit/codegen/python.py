@@ -57,6 +57,7 @@ for _dunder, _name in UNARY_OPERATORS.items():
         _OPERATOR_FORMS[get_op(_name)] = ("unary", _UNARY[_dunder]())
 
 _NUMBERS = (int, float)
+_CONTAINERS = frozenset({tuple, list, dict, slice})
 _LITERALS = frozenset({bool, str, bytes, type(None), type(Ellipsis)})
 
 
@@ -191,22 +192,20 @@ class _Emitter:
 
     def _frees_after(self):
         """id(node) -> names whose last use is that node (freed right after it)."""
-        last_user = {}
         names = self.names
-        for node in reversed(self.nodes):
-            for used in _input_ids(node, names):
-                if used not in last_user:
-                    last_user[used] = node
+        seen = set()
         frees = {}
-        for node in self.nodes:
+        for node in reversed(self.nodes):
+            dead = []
+            for used in _input_ids(node, names):
+                if used not in seen:
+                    seen.add(used)
+                    dead.append(names[used])
             key = id(node)
-            user = last_user.get(key)
-            if user is None:
-                if node.op in ("placeholder", "output"):
-                    continue
-                user = node  # never used: freed right after it is made
-            if user.op != "output":
-                frees.setdefault(id(user), []).append(names[key])
+            if key not in seen and node.op not in ("placeholder", "output"):
+                dead.append(names[key])  # never used: freed right after it is made
+            if dead and node.op != "output":
+                frees[key] = dead
         return frees
 
     # -- calls -------------------------------------------------------------------
@@ -244,7 +243,7 @@ class _Emitter:
     def keywords(self, kwargs):
         written, odd = [], {}
         for key, value in kwargs.items():
-            if type(key) is str and _plain(key):
+            if type(key) is str and _plain(key) and key != "__debug__":  # ``f(__debug__=1)`` is no syntax
                 written.append(ast.keyword(key, self.expr(value), **self.pos))
             else:
                 odd[key] = value
@@ -264,8 +263,11 @@ class _Emitter:
         chain = self.chains.get(qualname)
         if chain is not None:
             return chain
-        prefix, _, part = qualname.rpartition(".")
-        value = self.attribute_chain(prefix) if prefix else self.load(self.root)
+        if "." in qualname:
+            prefix, _, part = qualname.rpartition(".")
+            value = self.attribute_chain(prefix)
+        else:
+            part, value = qualname, self.load(self.root)
         if _plain(part):
             chain = ast.Attribute(value, part, _LOAD, **self.pos)
         else:
@@ -280,6 +282,14 @@ class _Emitter:
             self.global_names[id(value)] = known
             self.globals[known] = value
         return self.load(known)
+
+    def named_float(self, value, candidate):
+        key = ("float", candidate)
+        name = self.global_names.get(key)
+        if name is None:
+            name = self.global_names[key] = self.ns.create_name(candidate)
+            self.globals[name] = value
+        return self.load(name)
 
     def load(self, name):
         node = self.loads.get(name)
@@ -342,6 +352,12 @@ class _Emitter:
         kind = type(value)
         if value is None:
             return self.none
+        if kind is float and not math.isfinite(value):
+            # ast.unparse spells these 1e309 and (1e309-1e309); globals read better.
+            if math.isnan(value):
+                return self.named_float(math.nan, "nan")
+            infinity = self.named_float(math.inf, "inf")
+            return infinity if value > 0 else ast.UnaryOp(ast.USub(), infinity, **self.pos)
         if kind in _NUMBERS and (value < 0 or (kind is float and math.copysign(1, value) < 0)):
             # ``-1`` as a negative literal: ast.unparse writes Constant(-1) ** 2 as ``-1 ** 2``.
             return ast.UnaryOp(ast.USub(), ast.Constant(-value, **self.pos), **self.pos)
@@ -371,20 +387,27 @@ def _constant_name(value):
 
 
 def _input_ids(node, names):
-    """ids of the nodes among ``names`` that ``node`` reads (args, kwargs, nested)."""
+    """ids of the nodes among ``names`` that ``node`` reads, in argument order."""
     found = []
-    stack = [node.args, node.kwargs]
-    while stack:
-        value = stack.pop()
-        kind = type(value)
-        if kind is tuple or kind is list:
-            stack.extend(value)
-        elif kind is dict:
-            stack.extend(value.values())
-        elif kind is slice:
-            stack.extend((value.start, value.stop, value.step))
-        elif isinstance(value, tuple):
-            stack.extend(value)
-        elif id(value) in names:
+    for value in node.args:
+        if id(value) in names:
             found.append(id(value))
+        elif type(value) in _CONTAINERS or isinstance(value, tuple):
+            _nested_ids(value, names, found)
+    kwargs = node.kwargs
+    if kwargs:
+        _nested_ids(kwargs, names, found)
     return found
+
+
+def _nested_ids(value, names, found):
+    kind = type(value)
+    if kind is dict:
+        value = value.values()
+    elif kind is slice:
+        value = (value.start, value.stop, value.step)
+    for item in value:
+        if id(item) in names:
+            found.append(id(item))
+        elif type(item) in _CONTAINERS or isinstance(item, tuple):
+            _nested_ids(item, names, found)

@@ -47,6 +47,7 @@ class Graph:
         self._namespace = Namespace()
         self._version = 0
         self._insert_mode, self._insert_anchor = "before", root
+        self._code_cache = None
         self.owning_module = owning_module
 
     @property
@@ -227,8 +228,17 @@ class Graph:
 
     # -- code and text -------------------------------------------------------------
     def python_code(self, root="self"):
-        """The generated ``forward`` (a `fxkit.codegen.python.PythonCode`; ``.src`` is the text)."""
-        return generate_forward(self.nodes, root)
+        """The generated ``forward`` (a `fxkit.codegen.python.PythonCode`; ``.src`` is the text).
+
+        Generated once per version of the graph: asking again before an edit
+        (a pass manager recompiling after a pass that changed nothing) is free.
+        """
+        cached = self._code_cache
+        if cached is not None and cached[0] == self._version and cached[1] == root:
+            return cached[2]
+        code = generate_forward(self.nodes, root)
+        self._code_cache = (self._version, root, code)
+        return code
 
     def __str__(self):
         return format_graph(self)

@@ -122,7 +122,7 @@ class GraphModule(Module):
         cls = type(self)
         code = graph.python_code(root="self")
         filename = f"<fxkit-generated {cls.__name__} #{next(_FILE_NUMBERS)}>.py"
-        namespace = code.globals
+        namespace = dict(code.globals)  # the code may be shared: the graph caches it
         exec(code.compile(filename), namespace)
         forward = namespace["forward"]
         forward.__qualname__ = f"{cls.__name__}.forward"

@@ -47,7 +47,22 @@ def format_graph(graph):
         else:
             annotation = ""
         lines.append(f"    {name.ljust(width)}{annotation} = {format_operation(node)}")
+    lines += _nested_bodies(nodes)
     return "\n".join(lines)
+
+
+def _nested_bodies(nodes):
+    """``with fused_0 = graph(x): ...`` for each call target holding a sub-graph
+    (a `FusedOp`), once each, after the graph using it (TorchScript's FusionGroup)."""
+    lines = []
+    shown = set()
+    for node in nodes:
+        body = getattr(node.target, "graph", None) if node.op == "call" else None
+        if body is None or not hasattr(body, "nodes") or id(node.target) in shown:
+            continue
+        shown.add(id(node.target))
+        lines += ["", f"with {format_target(node)} = {format_graph(body)}"]
+    return lines
 
 
 def print_tabular(graph, console=None):

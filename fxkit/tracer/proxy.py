@@ -9,6 +9,7 @@ iteration, numpy) raises `TraceError` naming the user's line and the ways out.
 """
 import dis
 import sys
+import weakref
 from bisect import bisect_left
 
 import numpy as np
@@ -33,7 +34,7 @@ _UFUNC_OPS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_div
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%",
             "pow": "**", "matmul": "@", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
 _OPERATOR_OPCODES = ("BINARY_OP", "COMPARE_OP")
-_instructions = {}
+_instructions = weakref.WeakKeyDictionary()  # code -> its instructions (generated code comes and goes)
 
 
 def trace_error(message, hint=WAYS_OUT):

@@ -76,9 +76,10 @@ def save(gm, path):
              "code.py": gm.code.encode()}
     path = os.fspath(path)
     if path.endswith(".zip"):
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zipfile.ZipFile(path, "w") as zf:
             for name, data in files.items():
-                zf.writestr(name, data)
+                # Weights hardly compress and deflating them is slow; the text does.
+                zf.writestr(name, data, zipfile.ZIP_STORED if name.endswith(".npz") else zipfile.ZIP_DEFLATED)
     else:
         os.makedirs(path, exist_ok=True)
         for name, data in files.items():

@@ -17,14 +17,10 @@ from fxkit.graph.node import SourceLocation
 _PACKAGE = os.path.dirname(os.path.abspath(fxkit.__file__))
 _INTERNAL = tuple(os.path.join(_PACKAGE, part) + os.sep
                   for part in ("runtime", "tracer", "graph", "codegen", "nn"))
-_internal_code = {}
 
 
 def _is_internal(code):
-    flag = _internal_code.get(code)
-    if flag is None:
-        flag = _internal_code[code] = code.co_filename.startswith(_INTERNAL)
-    return flag
+    return code.co_filename.startswith(_INTERNAL)
 
 
 def user_location(depth=1):

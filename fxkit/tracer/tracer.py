@@ -25,7 +25,7 @@ from fxkit.runtime.device import Device
 from fxkit.runtime.op import Op
 from fxkit.runtime.tensor import Tensor
 from fxkit.runtime.tracing_hook import ACTIVE
-from fxkit.tracer import wrap as _wrap
+from fxkit.tracer.patching import patched
 from fxkit.tracer.proxy import Proxy, trace_error
 from fxkit.tracer.stack import user_location
 
@@ -138,7 +138,9 @@ class Tracer:
         qualname = self._tensor_paths.get(id(tensor))
         if qualname is None:
             qualname = self._new_constant_name()
-            _patches.setattr(self.root, qualname, tensor)
+            # NOTE: what Module.__setattr__ does with a plain tensor; the patched one refuses
+            # every assignment while the trace runs.
+            object.__setattr__(self.root, qualname, tensor)
         return self._attr_proxy(tensor, qualname)
 
     def _array_proxy(self, array):
@@ -175,16 +177,14 @@ class Tracer:
         else:
             raise TraceError(f"symbolic_trace: expected an fxkit.nn.Module or a function, got {type(root).__name__}")
         self.graph = Graph()
-        self._module_paths = {id(m): name for name, m in self.root.named_modules()}
-        self._tensor_paths = {id(t): name for name, t in self.root.named_parameters()}
-        self._tensor_paths.update({id(t): name for name, t in self.root.named_buffers()})
+        self._index_module_tree()
         self._attr_proxies = {}
         self._arrays = {}
         self._constants = []
         args, kwargs = self._placeholders(fn, skip, dict(concrete_args or {}))
         if skip:
             args.insert(0, self.root)
-        with _patches(self):
+        with patched(self):
             ACTIVE.append(self)
             try:
                 result = fn(*args, **kwargs)
@@ -194,6 +194,18 @@ class Tracer:
         self._arrays = {}
         self._constants = []
         return self.graph
+
+    def _index_module_tree(self):
+        """Qualified names of every submodule, parameter and buffer, in one walk of the tree."""
+        modules, tensors = {}, {}
+        for name, module in self.root.named_modules():
+            modules[id(module)] = name
+            prefix = name + "." if name else ""
+            for table in (module._parameters, module._buffers):
+                for key, tensor in table.items():
+                    if tensor is not None:
+                        tensors.setdefault(id(tensor), prefix + key)
+        self._module_paths, self._tensor_paths = modules, tensors
 
     def _placeholders(self, fn, skip, concrete_args):
         """One placeholder per argument of ``fn`` (after ``self``); the values to call it with."""
@@ -220,74 +232,6 @@ class Tracer:
             else:
                 args.append(value)
         return args, kwargs
-
-
-class _Patches:
-    """Patches ``Module.__call__/__getattr__/__setattr__`` and the functions registered
-    with ``fxkit.wrap("name")`` while one trace runs, restoring them in ``__exit__``."""
-
-    def __init__(self):
-        self.setattr = nn.Module.__setattr__
-        self._stack = []
-
-    def __call__(self, tracer):
-        self._tracer = tracer
-        return self
-
-    def __enter__(self):
-        tracer = self._tracer
-        cls = nn.Module
-        saved = {name: cls.__dict__.get(name, _MISSING) for name in ("__call__", "__getattr__", "__setattr__")}
-        paths = tracer._module_paths
-        call, setattr_ = cls.__call__, cls.__setattr__
-        getattr_ = getattr(cls, "__getattr__", _no_attribute)
-        is_leaf = tracer.is_leaf_module
-
-        def module_call(mod, *args, **kwargs):
-            path = paths.get(id(mod))
-            if path is not None and is_leaf(mod, path):
-                return tracer.create_proxy("call", path, args, kwargs)
-            return call(mod, *args, **kwargs)
-
-        def module_getattr(mod, name):
-            value = getattr_(mod, name)
-            if isinstance(value, Tensor):
-                path = paths.get(id(mod))
-                if path is not None:
-                    return tracer._attr_proxy(value, f"{path}.{name}" if path else name)
-            return value
-
-        def module_setattr(mod, name, value):
-            if id(mod) in paths:
-                where = paths[id(mod)] or type(mod).__name__
-                raise trace_error(
-                    f"in-place mutation of a module attribute: `self.{name} = ...` on {where} while tracing; "
-                    f"a traced graph cannot change its module's state",
-                    hint="return the value instead of storing it, or make the module a leaf "
-                         "(subclass fxkit.Tracer and override is_leaf_module)")
-            setattr_(mod, name, value)
-
-        cls.__call__, cls.__getattr__, cls.__setattr__ = module_call, module_getattr, module_setattr
-        self._stack.append((saved, _wrap.patch_wrapped(tracer)))
-        return self
-
-    def __exit__(self, *exc):
-        saved, restore = self._stack.pop()
-        for name, value in saved.items():
-            if value is _MISSING:
-                delattr(nn.Module, name)
-            else:
-                setattr(nn.Module, name, value)
-        restore()
-        return False
-
-
-def _no_attribute(mod, name):
-    raise AttributeError(f"{type(mod).__name__!r} object has no attribute {name!r}")
-
-
-_MISSING = object()
-_patches = _Patches()
 
 
 def symbolic_trace(root, concrete_args=None):

@@ -1,5 +1,6 @@
 """Error messages of the conv, pooling and interpolate ops: each names the op, the
-offending shapes or values and what was expected; shape rules raise the same."""
+offending shapes or values and what was expected; shape rules raise the same.
+Also: their shape rules over symbolic sizes."""
 import numpy as np
 import pytest
 
@@ -187,3 +188,25 @@ def test_interpolate_output_must_be_nonempty(rng):
     with pytest.raises(ShapeError, match=r"interpolate: input and output sizes should be greater than 0, but got "
                                          r"input \[1, 1, 4, 4\] and output size \[1, 0\]"):
         ops.interpolate(t(randf(rng, 1, 1, 4, 4)), scale_factor=(0.3, 0.2))
+
+
+# -- shape rules over symbolic dims ---------------------------------------------------------
+def _rule_shape(rule, *args, **kwargs):
+    out = rule(*args, **kwargs)
+    return tuple(str(d) for d in (out if isinstance(out, TensorMeta) else out[0]).shape)
+
+
+def test_rules_keep_symbolic_sizes_simple():
+    """A size-preserving window gives back the symbol itself, so a residual add's shapes still match."""
+    from tests.runtime.test_shape_errors import Sym
+
+    x = meta(Sym("N"), 3, Sym("H"), Sym("W"))
+    assert _rule_shape(ops.conv2d.shape_rule, x, meta(8, 3, 3, 3), padding=1) == ("N", "8", "H", "W")
+    assert _rule_shape(ops.conv2d.shape_rule, x, meta(8, 3, 4, 4), padding="same") == ("N", "8", "H", "W")
+    assert _rule_shape(ops.conv2d.shape_rule, x, meta(8, 3, 3, 3), stride=2, padding=1) == (
+        "N", "8", "(((H - 1) // 2) + 1)", "(((W - 1) // 2) + 1)")
+    assert _rule_shape(ops.conv_transpose2d.shape_rule, x, meta(3, 4, 3, 3), stride=2, padding=1,
+                       output_padding=1) == ("N", "4", "(H * 2)", "(W * 2)")
+    assert _rule_shape(ops.max_pool2d.shape_rule, x, 3, 1, 1, return_indices=True) == ("N", "3", "H", "W")
+    assert _rule_shape(ops.adaptive_avg_pool2d.shape_rule, x, (None, 1)) == ("N", "3", "H", "1")
+    assert _rule_shape(ops.interpolate.shape_rule, x, scale_factor=(1, 2)) == ("N", "3", "H", "(W * 2)")

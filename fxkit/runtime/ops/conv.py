@@ -10,6 +10,8 @@ single large product whose result is transposed once. conv1d is conv2d over
 a height of one; conv_transpose2d multiplies first and scatter-adds the
 kernel taps (col2im). Weight layouts are PyTorch's, so state_dicts load.
 """
+import operator
+
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
@@ -24,11 +26,32 @@ def ntuple(value, n, name, what):
     """``value`` as a tuple of ``n`` ints; an int (or a 1-sequence, as PyTorch allows) repeats."""
     if isinstance(value, int):
         return (value,) * n
+    if hasattr(value, "__index__") and not isinstance(value, (tuple, list)):  # numpy integers
+        return (operator.index(value),) * n
     if isinstance(value, (tuple, list)) and len(value) == 1:
         return (value[0],) * n
     if isinstance(value, (tuple, list)) and len(value) == n:
         return tuple(value)
     raise ShapeError(f"{name}: expected {what} to be a single integer value or a list of {n} values, got {value!r}")
+
+
+def plus(size, c):
+    """``size + c`` for an int ``c``, keeping a symbolic size's expression free of ``+ 0`` and ``+ -1``."""
+    if c == 0:
+        return size
+    return size + c if c > 0 else size - (-c)
+
+
+def sliding_size(size, extra, stride):
+    """How many windows fit along an axis: ``(size + extra) // stride + 1``.
+
+    Written so a symbolic size stays as simple as it can: a stride-1 window that
+    keeps the size (a 3x3 conv with padding 1) gives back ``size`` itself, so the
+    shapes of a residual connection still compare equal.
+    """
+    if stride == 1:
+        return plus(size, extra + 1)
+    return plus(size, extra) // stride + 1
 
 
 def check_rank(name, shape, ndim):
@@ -126,12 +149,12 @@ def _conv_geometry(name, nd, x, weight, bias, stride, padding, dilation, groups)
             raise ShapeError(f"{name}: negative padding is not supported, got padding={padding!r}")
     out = []
     for size, (lo, hi), k, s, d in zip(x_shape[2:], pads, kernel, stride, dilation):
-        padded, span = size + lo + hi, d * (k - 1) + 1
-        if isinstance(padded, int) and isinstance(span, int) and span > padded:
+        span = d * (k - 1) + 1
+        if isinstance(size, int) and span > size + lo + hi:
             raise ShapeError(f"{name}: the kernel {shown(kernel)} (dilation {list(dilation)}) is larger than "
                              f"the padded input of shape {shown(x.shape)} with padding {padding!r}; "
                              f"use a smaller kernel or more padding")
-        out.append((padded - span) // s + 1)
+        out.append(sliding_size(size, lo + hi - span, s))
     out_shape = (x_shape[0], out_channels, *out)
     return batched, stride, pads, dilation, out_shape if batched else out_shape[1:]
 
@@ -239,7 +262,7 @@ def _transpose_geometry(x, weight, bias, stride, padding, output_padding, groups
                          f"output_padding={list(output_padding)}, stride={list(stride)}, dilation={list(dilation)}")
     out = []
     for size, k, s, p, op_, d in zip(x_shape[2:], weight.shape[2:], stride, padding, output_padding, dilation):
-        o = (size - 1) * s - 2 * p + d * (k - 1) + op_ + 1
+        o = plus(size if s == 1 else size * s, d * (k - 1) + op_ + 1 - s - 2 * p)
         if isinstance(o, int) and o < 1:
             raise ShapeError(f"{name}: input of shape {shown(x.shape)} gives an output size of {o} with "
                              f"padding={list(padding)}; use less padding")

@@ -21,8 +21,8 @@ from fxkit.runtime.ops.elementwise_binary import promoted_meta
 
 _SQRT1_2 = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
-# exp(-x) is clamped here so 1 + exp(-x) never overflows (and numpy never warns):
-# 1 / (1 + exp(88)) is below float32's smallest normal number, as is the exact value.
+# sigmoid and silu clamp -x here so exp(-x) never overflows (and numpy never warns); this
+# changes only results below the smallest normal number (sigmoid(-88) is 6e-39 in float32).
 _EXP_LIMIT = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
 
 
@@ -69,15 +69,15 @@ def abs(xp, a):  # noqa: A001
     return xp.abs(a)
 
 
-def _math(name, doc, ufunc=None):
-    ufunc = ufunc or name
+def _math(name, doc):
+    """A math function that is one ufunc of the same name in numpy and cupy."""
 
     def impl(xp, a):
-        return getattr(xp, ufunc)(a)
+        return getattr(xp, name)(a)
 
     impl.__name__ = name
     impl.__doc__ = f"{doc}; integer and bool tensors give float32."
-    return op(name, kind="elementwise", promote="float", template=f"{ufunc}(a)")(impl)
+    return op(name, kind="elementwise", promote="float", template=f"{name}(a)")(impl)
 
 
 exp = _math("exp", "``e ** a``")
@@ -127,32 +127,46 @@ def sigmoid(xp, a):
 
 @op("silu", kind="elementwise", promote="float", template="a / (1 + exp(-a))")
 @_in_place_steps
-def silu(xp, a):
-    """``a * sigmoid(a)``, computed as PyTorch does: ``a / (1 + exp(-a))``."""
+def silu(xp, a, inplace=False):
+    """``a * sigmoid(a)``, computed as PyTorch does: ``a / (1 + exp(-a))``;
+    ``inplace=True`` also writes the result into ``a``."""
     out = xp.negative(a)
     xp.minimum(out, _EXP_LIMIT[out.dtype], out=out)
     xp.exp(out, out=out)
     out += 1.0
     xp.divide(a, out, out=out)
-    return out
+    return _store_if_inplace(a, out, inplace)
 
 
 @op("relu", kind="elementwise", promote="common", template="maximum(a, 0)")
-def relu(xp, a):
-    """``max(a, 0)``; NaN stays NaN, integer dtypes stay integer."""
+def relu(xp, a, inplace=False):
+    """``max(a, 0)``; NaN stays NaN, integer dtypes stay integer; ``inplace=True``
+    writes into ``a`` like ``F.relu(x, inplace=True)``."""
     # NOTE: False, not 0: numpy would turn a bool tensor and the Python int 0 into int64.
+    if inplace:
+        return xp.maximum(a, False, out=a)
     return xp.maximum(a, False)
 
 
 @op("leaky_relu", kind="elementwise", promote="float", template="where(a > 0, a, a * negative_slope)")
 @_in_place_steps
-def leaky_relu(xp, a, negative_slope=0.01):
-    """``a`` where ``a > 0``, else ``a * negative_slope``."""
+def leaky_relu(xp, a, negative_slope=0.01, inplace=False):
+    """``a`` where ``a > 0``, else ``a * negative_slope``; ``inplace=True`` also writes into ``a``."""
     out = a * negative_slope
     if 0.0 <= negative_slope <= 1.0:  # then the result is the larger of the two, in one pass
         xp.maximum(out, a, out=out)
+        return _store_if_inplace(a, out, inplace)
+    return _store_if_inplace(a, xp.where(a > 0, a, out), inplace)
+
+
+def _store_if_inplace(a, out, inplace):
+    """PyTorch's ``inplace=True``: the input's storage receives the result."""
+    if not inplace:
         return out
-    return xp.where(a > 0, a, out)
+    if a.dtype != out.dtype:
+        raise DTypeError(f"inplace=True needs a floating-point input, got {a.dtype}; drop inplace=True")
+    a[...] = out
+    return a
 
 
 def _gelu_template(approximate="none"):
@@ -265,6 +279,10 @@ def _clamp_rule(a, min=None, max=None):  # noqa: A002
     return promoted_meta("clamp", a, *bounds)
 
 
+# numpy's clip loop is several times faster than maximum + minimum on large arrays, slower on small ones.
+_CLIP_SIZE = 1024
+
+
 def _no_bounds():
     return ShapeError("clamp: at least one of min and max must be given (not None)")
 
@@ -293,12 +311,16 @@ def clamp(xp, a, min=None, max=None):  # noqa: A002
         raise _no_bounds()
     if _needs_cast(a, min) or _needs_cast(a, max):
         a, min, max = _cast_to_result(a, min, max)
+    if min is not None and max is not None and a.size >= _CLIP_SIZE:
+        return xp.clip(a, min, max)
     if min is None:
         return xp.minimum(a, max)
     out = xp.maximum(a, min)
     if max is None:
         return out
-    return xp.minimum(out, max, out=out) if out.ndim else xp.minimum(out, max)
+    if out.ndim and not hasattr(max, "shape"):  # a number: update the buffer in place
+        return xp.minimum(out, max, out=out)
+    return xp.minimum(out, max)
 
 
 def _cast_to_result(*values):

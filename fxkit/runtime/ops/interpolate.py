@@ -30,6 +30,8 @@ def _scaled_size(size, factor):
     """PyTorch's ``floor(size * scale_factor)``; a symbolic size keeps to ``+ - * //``."""
     if isinstance(size, int):
         return math.floor(float(size) * factor)
+    if factor == 1:
+        return size
     if float(factor).is_integer():
         return size * int(factor)
     return size * factor // 1

@@ -32,6 +32,7 @@ _ERF_P = (1.1283791693639043, 0.1852034965917181, 0.05431690472283414, 0.0038496
           0.0003796072194213666, 4.684725404022899e-06, -1.3201977344667881e-08)
 _ERF_Q = (1.0, 0.4974657390988317, 0.11395849174339592, 0.015462095413279829, 0.0013075689790057827,
           6.311009241164768e-05)
+_BLOCK = 32768  # elements per block of a large array
 
 
 def _horner(t, coefficients):
@@ -47,7 +48,7 @@ def _horner(t, coefficients):
 def erf(xp, x):
     """The error function of a floating-point array, in its dtype, on numpy or cupy.
 
-    float64 takes a two-piece polynomial (Taylor-like near 0, ``1 - exp(-x²)·p(z)``
+    float64 takes two polynomials (Taylor-like near 0, ``1 - exp(-x²)·p(z) / (3 + x)``
     further out); narrower floats are evaluated in float64 with one rational
     function and rounded once, as cheap as it gets without losing accuracy.
 
@@ -56,7 +57,18 @@ def erf(xp, x):
         array([0.5204999], dtype=float32)
     """
     if not x.ndim:  # numpy computes on 0-d arrays as scalars, which `out=` cannot take
-        return erf(xp, x.reshape(1)).reshape(())
+        return _erf(xp, x.reshape(1)).reshape(())
+    if xp is not np or x.size <= _BLOCK:
+        return _erf(xp, x)
+    # NOTE: a dozen float64 temporaries a block: blocks that stay in cache run twice as fast.
+    flat = x.reshape(-1)
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, _BLOCK):
+        out[start:start + _BLOCK] = _erf(xp, flat[start:start + _BLOCK])
+    return out.reshape(x.shape)
+
+
+def _erf(xp, x):
     if x.dtype.itemsize < 8:
         wide = x.astype(np.float64)
         xp.minimum(wide, 4.0, out=wide)

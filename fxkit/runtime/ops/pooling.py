@@ -8,16 +8,16 @@ reducing a windowed view over its two small trailing axes.
 import numpy as np
 
 from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d
+from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d, sliding_size
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, shown
-from fxkit.runtime import dtypes as _dt
 
 
 def _pool_size(size, k, s, p, d, ceil_mode):
     """PyTorch's pooling output size (``pooling_output_shape``)."""
-    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    out = sliding_size(size, 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0), s)
     # NOTE: ceil mode drops a last window that would start in the right padding; a symbolic
     # size cannot be compared, so the rule then assumes the window starts inside.
     if ceil_mode and isinstance(out, int) and (out - 1) * s >= size + p:
@@ -73,6 +73,38 @@ def _first_inside(start, step):
     return np.where(start < 0, start + step * ((step - 1 - start) // step), start)
 
 
+def _max_with_indices(xp, x, width, kernel, stride, padding, dilation, out_hw, lowest, floating):
+    """Max pooling of the padded ``x`` with PyTorch's indices into the unpadded ``H * W``.
+
+    PyTorch scans each window from -inf with its index at the window's first
+    real element; a tap replaces the maximum when strictly greater or NaN, so
+    the -inf border never wins and ties keep the first. The winning tap is
+    tracked in place in a small integer array and becomes a flat index once.
+    """
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    rows = np.arange(out_hw[0]) * sh - ph
+    cols = np.arange(out_hw[1]) * sw - pw
+    first_tap = (((_first_inside(rows, dh) - rows) // dh)[:, None] * kw
+                 + ((_first_inside(cols, dw) - cols) // dw)[None, :])
+    shape = x.shape[:2] + tuple(out_hw)
+    best = xp.full(shape, lowest, x.dtype)
+    tap = xp.empty(shape, np.int32)
+    tap[...] = xp.asarray(first_tap)
+    take = xp.empty(shape, np.bool_)
+    nan = xp.empty(shape, np.bool_) if floating else None
+    for t, (_, _, v) in enumerate(_windows(x, kernel, stride, dilation, out_hw)):
+        xp.greater(v, best, out=take)
+        if floating:
+            xp.logical_or(take, xp.isnan(v, out=nan), out=take)
+        xp.copyto(best, v, where=take)
+        xp.copyto(tap, t, where=take)
+    taps = np.arange(kh * kw)
+    offsets = xp.asarray(taps // kw * dh * width + taps % kw * dw)
+    index = xp.take(offsets, tap)
+    index += xp.asarray(rows[:, None] * width + cols[None, :])
+    return best, index
+
+
 def _max_pool2d_rule(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                      return_indices=False):
     out_shape = _pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)[-1]
@@ -109,21 +141,8 @@ def max_pool2d(xp, input, kernel_size, stride=None, padding=0, dilation=1, ceil_
         for _, _, v in _windows(x, kernel, stride, dilation, out_hw):
             out = v.copy() if out is None else xp.maximum(out, v, out=out)
         return out.reshape(out_shape)
-    # PyTorch's scan: start at -inf and the window's first real element; a tap replaces the
-    # maximum when strictly greater or NaN. The -inf border never replaces anything.
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    width = input.shape[-1]
-    rows = np.arange(out_hw[0]) * sh - ph
-    cols = np.arange(out_hw[1]) * sw - pw
-    first_row, first_col = _first_inside(rows, dh), _first_inside(cols, dw)
-    best = xp.full(x.shape[:2] + tuple(out_hw), lowest, x.dtype)
-    index = xp.asarray(first_row[:, None] * width + first_col[None, :])
-    for i, j, v in _windows(x, kernel, stride, dilation, out_hw):
-        take = v > best
-        if floating:
-            take |= xp.isnan(v)
-        best = xp.where(take, v, best)
-        index = xp.where(take, xp.asarray((rows + i * dh)[:, None] * width + (cols + j * dw)[None, :]), index)
+    best, index = _max_with_indices(xp, x, input.shape[-1], kernel, stride, padding, dilation, out_hw, lowest,
+                                    floating)
     return best.reshape(out_shape), index.reshape(out_shape)
 
 
@@ -215,6 +234,18 @@ def _adaptive_matrix(size, out, dtype):
     return (inside / (end - start)[:, None]).astype(dtype)
 
 
+def _global_mean(xp, x):
+    """The mean over H and W, kept as 1x1. numpy reduces a short contiguous trailing axis
+    slowly (ResNet's 7x7 or 2x2 maps), so contiguous float maps take one matrix-vector
+    product with ``1 / (H * W)`` weights instead."""
+    h, w = x.shape[-2:]
+    item = x.dtype.itemsize
+    if item >= 4 and x.strides[-1] == item and x.strides[-2] == w * item:
+        weights = xp.full(h * w, 1 / (h * w), x.dtype)
+        return xp.matmul(x.reshape(-1, h * w), weights).reshape(x.shape[:-2] + (1, 1))
+    return x.mean(axis=(-2, -1), keepdims=True)
+
+
 @op("adaptive_avg_pool2d", kind="conv", shape_rule=_adaptive_avg_pool2d_rule, method=False)
 def adaptive_avg_pool2d(xp, input, output_size):
     """2-D adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool2d``.
@@ -231,7 +262,7 @@ def adaptive_avg_pool2d(xp, input, output_size):
     out_shape = _adaptive_geometry(input, output_size)
     (h, w), (oh, ow) = input.shape[-2:], out_shape[-2:]
     if oh == 1 and ow == 1:
-        return input.mean(axis=(-2, -1), keepdims=True)
+        return _global_mean(xp, input)
     if oh and ow and h % oh == 0 and w % ow == 0:
         lead = input.shape[:-2]
         return input.reshape(*lead, oh, h // oh, ow, w // ow).mean(axis=(-3, -1))

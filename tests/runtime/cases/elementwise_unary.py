@@ -16,7 +16,7 @@ def _one(x):
 
 def _with_nan(rng, *shape, dtype=np.float32):
     x = randf(rng, *shape, dtype=dtype)
-    x.flat[:: 3] = np.nan
+    x.flat[::3] = np.nan
     return x
 
 
@@ -98,6 +98,8 @@ case("erf", lambda r: _one(np.concatenate([randf(r, 200, dtype=np.float64) * 4,
                                             np.nan]])),
      _erf, id="float64", rtol=1e-15, atol=0)
 case("erf", lambda r: _one(randf(r, 40, dtype=np.float16) * 2), _erf, id="float16", **HALF)
+case("erf", lambda r: _one((randf(r, 300, 400) * 3)[:, ::2]), _erf, id="large-noncontiguous")
+case("erf", lambda r: _one(randf(r, 50000, dtype=np.float64) * 4), _erf, id="large-float64", rtol=1e-15, atol=0)
 case("erf", lambda r: _one(randi(r, 7)), _erf, id="int64-to-float32", dtype=fxkit.float32)
 case("erf", lambda r: _one(np.array(r.random())), _erf, id="0d", rtol=1e-15)
 case("erf", lambda r: _one(randf(r, 64, dtype=np.float64) * 4), torch_ref(lambda a: a.erf()), id="torch",
@@ -186,10 +188,16 @@ case("sign", lambda r: _one(np.concatenate([randf(r, 6), [0.0, np.nan]])), torch
 # -- clamp --------------------------------------------------------------------
 case("clamp", lambda r: ((randf(r, 3, 4),), {"min": -0.5, "max": 0.5}), lambda a, min, max: np.clip(a, min, max))
 case("clamp", lambda r: ((randf(r, 3, 4),), {"min": -0.5}), lambda a, min: np.maximum(a, min), id="min-only")
+case("clamp", lambda r: ((_with_nan(r, 40, 60)[:, ::2], -0.5, 0.5), {}), lambda a, min, max: np.clip(a, min, max),
+     id="large-noncontiguous-nan")
+case("clamp", lambda r: ((randf(r, 40, 60),), {"min": 0.5, "max": randf(r, 60) - 1}),
+     lambda a, min, max: np.minimum(np.maximum(a, min), max), id="large-tensor-max-below-min")
 case("clamp", lambda r: ((randf(r, 3, 4), None, 0.25), {}), lambda a, min, max: np.minimum(a, max),
      id="max-positional")
 case("clamp", lambda r: ((randf(r, 3, 4),), {"min": randf(r, 4) - 1, "max": randf(r, 3, 1) + 1}),
      lambda a, min, max: np.minimum(np.maximum(a, min), max), id="tensor-bounds-broadcast")
+case("clamp", lambda r: ((randf(r, 3),), {"min": -0.5, "max": randf(r, 2, 3)}),
+     lambda a, min, max: np.minimum(np.maximum(a, min), max), id="max-broadcasts-beyond-input")
 case("clamp", lambda r: ((randi(r, 6),), {"min": -1, "max": 2}), lambda a, min, max: np.clip(a, min, max),
      id="int64-int-bounds")
 case("clamp", lambda r: ((randi(r, 6),), {"min": 0.5}), lambda a, min: np.maximum(a, min),
@@ -218,3 +226,11 @@ case("isnan", lambda r: _one(_with_nan(r, 7, dtype=np.float16)), np.isnan, id="f
 case("bitwise_not", lambda r: _one(randi(r, 3, 4)), np.invert)
 case("bitwise_not", lambda r: _one(r.random(6) < 0.5), np.invert, id="bool")
 case("bitwise_not", lambda r: _one(randi(r, 6, low=0, high=255, dtype=np.uint8)), np.invert, id="uint8")
+
+# F.relu(x, inplace=True) and friends: the result also lands in the input, as in PyTorch.
+case("relu", lambda r: ((randf(r, 3, 4),), {"inplace": True}), lambda a, inplace: np.maximum(a, 0),
+     id="inplace-writes-input", mutates=True)
+case("leaky_relu", lambda r: ((randf(r, 5),), {"negative_slope": 0.2, "inplace": True}),
+     lambda a, negative_slope, inplace: np.where(a > 0, a, a * 0.2), id="inplace-writes-input", mutates=True)
+case("silu", lambda r: ((randf(r, 6),), {"inplace": True}), lambda a, inplace: a / (1 + np.exp(-a)),
+     id="inplace-writes-input", mutates=True)

@@ -14,6 +14,7 @@ from tests.runtime.cases.conv import channels_last, torch_functional
 from tests.runtime.opcheck import case, randf, randi
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
+BILINEAR_TOL = {"rtol": 1e-4, "atol": 1e-5}  # float32 blends against float64 ones
 
 
 def _pair(v):
@@ -161,6 +162,12 @@ def _register():
         return (x,), {"kernel_size": 3, "stride": 2, "padding": 1, "return_indices": True}
     case("max_pool2d", with_nans, torch_functional("max_pool2d"), id="nan-wins-torch")
 
+    def with_minus_inf(r):
+        x = randf(r, 1, 2, 7, 7)
+        x[0, 0, :4, :4] = x[0, 1, 2:, 3:] = -np.inf  # windows whose index stays at their first real element
+        return (x,), {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": (1, 2), "return_indices": True}
+    case("max_pool2d", with_minus_inf, torch_functional("max_pool2d"), id="all-minus-inf-window-torch")
+
     ap = ("avg_pool2d", ref_avg_pool2d)
     pool_case(*ap, _input(2, 3, 6, 8, kernel_size=2), id="basic")
     for cip in (True, False):
@@ -187,6 +194,9 @@ def _register():
     pool_case(*aap, _input(3, 10, 10, output_size=(3, 1)), id="unbatched")
     pool_case(*aap, _input(x=lambda r: channels_last(r, 2, 4, 6, 5), output_size=(4, 1)), id="channels-last")
     pool_case(*aap, _input(x=lambda r: channels_last(r, 2, 4, 6, 6), output_size=(1, 1)), id="channels-last-global")
+    pool_case(*aap, _input(0, 3, 4, 4, output_size=1), id="empty-batch")
+    case("adaptive_avg_pool2d", lambda r: ((randf(r, 2, 3, 5, 5, dtype=np.float64),), {"output_size": (1, 1)}),
+         ref_adaptive_avg_pool2d, id="float64-global", rtol=1e-12, atol=1e-12, dtype=fxkit.float64)
 
     it = ("interpolate", ref_interpolate)
     pool_case(*it, _input(2, 3, 4, 5, size=(8, 10)), id="nearest-double")
@@ -200,14 +210,14 @@ def _register():
          id="nearest-int64", dtype=fxkit.int64)
     for ac in (False, True):
         bl = {"mode": "bilinear", "align_corners": ac}
-        pool_case(*it, _input(2, 3, 4, 5, size=(8, 11), **bl), id=f"bilinear-up-ac-{ac}", tol={"rtol": 1e-4, "atol": 1e-5})
-        pool_case(*it, _input(2, 3, 9, 8, size=(4, 3), **bl), id=f"bilinear-down-ac-{ac}", tol={"rtol": 1e-4, "atol": 1e-5})
+        pool_case(*it, _input(2, 3, 4, 5, size=(8, 11), **bl), id=f"bilinear-up-ac-{ac}", tol=BILINEAR_TOL)
+        pool_case(*it, _input(2, 3, 9, 8, size=(4, 3), **bl), id=f"bilinear-down-ac-{ac}", tol=BILINEAR_TOL)
         pool_case(*it, _input(1, 2, 5, 6, scale_factor=(1.5, 0.7), **bl), id=f"bilinear-scale-ac-{ac}",
-                  tol={"rtol": 1e-4, "atol": 1e-5})
+                  tol=BILINEAR_TOL)
         pool_case(*it, _input(x=lambda r: channels_last(r, 2, 3, 4, 4), size=(1, 6), **bl),
-                  id=f"bilinear-channels-last-ac-{ac}", tol={"rtol": 1e-4, "atol": 1e-5})
+                  id=f"bilinear-channels-last-ac-{ac}", tol=BILINEAR_TOL)
     pool_case(*it, _input(1, 2, 5, 7, scale_factor=1.7, mode="bilinear", recompute_scale_factor=True),
-              id="bilinear-recompute", tol={"rtol": 1e-4, "atol": 1e-5})
+              id="bilinear-recompute", tol=BILINEAR_TOL)
 
 
 _register()

@@ -1,0 +1,119 @@
+"""`eliminate_common_subexpressions`: compute each pure expression once."""
+import inspect
+
+import numpy as np
+
+from fxkit.runtime.op import Op
+from fxkit.transforms.effects import is_pure, written_nodes
+from fxkit.transforms.pass_base import Pass
+
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
+class EliminateCommonSubexpressions(Pass):
+    """Replace every pure node equal to an earlier one by that earlier node.
+
+    Two nodes are equal when they have the same opcode and target and the same
+    arguments after canonicalising: an op's arguments are bound to its
+    signature with defaults filled in (``sum(x, 1)`` equals ``sum(x, dim=1)``
+    and ``sum(x, 1, keepdim=False)``), and constants compare by type and exact
+    value (``1``, ``1.0`` and ``True`` differ, so do ``0.0`` and ``-0.0``).
+
+    Impure nodes (random ops, ``setitem``, ``batch_norm``, training-mode
+    submodules; see `fxkit.transforms.effects`) are never merged, and nothing
+    computed before one is reused after it, since it may have written the
+    values those expressions read. Nodes whose values an impure node may write
+    are never merged either.
+
+    Example::
+
+        before:                                  after:
+            %x      = placeholder[x]                 %x     = placeholder[x]
+            %relu   = call[relu](%x)                 %relu  = call[relu](%x)
+            %relu_1 = call[relu](%x)                 %add   = call[add](%relu, %relu)
+            %add    = call[add](%relu, %relu_1)      return %add
+            return %add
+    """
+
+    name = "eliminate_common_subexpressions"
+
+    def __call__(self, gm):
+        graph = gm.graph
+        written = written_nodes(gm)
+        seen = {}
+        for node in graph.nodes:
+            if node.op not in ("call", "get_attr"):
+                continue
+            if not is_pure(gm, node):
+                seen.clear()
+                continue
+            if node in written:
+                continue
+            key = expression_key(node)
+            if key is None:
+                continue
+            first = seen.setdefault(key, node)
+            if first is not node:
+                node.replace_all_uses_with(first)
+                graph.erase_node(node)
+        return gm
+
+
+def eliminate_common_subexpressions(gm):
+    """Function form of `EliminateCommonSubexpressions`."""
+    return EliminateCommonSubexpressions()(gm)
+
+
+def expression_key(node):
+    """A hashable key equal for nodes computing the same expression, or None when
+    an argument cannot be compared (an unhashable constant)."""
+    target = node.target
+    if isinstance(target, Op):
+        arguments = _bound_arguments(target, node.args, node.kwargs)
+    else:
+        arguments = (node.args, tuple(sorted(node.kwargs.items())) if _sortable(node.kwargs) else node.kwargs)
+    try:
+        key = (node.op, target if not isinstance(target, str) else ("path", target), _canonical(arguments))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_SIGNATURES = {}
+
+
+def _bound_arguments(op, args, kwargs):
+    """``(name, value)`` pairs of every parameter of ``op``'s implementation, defaults included."""
+    signature = _SIGNATURES.get(op)
+    if signature is None:
+        parameters = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
+        signature = _SIGNATURES[op] = inspect.Signature(parameters)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:  # the call will fail at run time anyway: compare as written
+        return (args, tuple(sorted(kwargs.items())) if _sortable(kwargs) else kwargs)
+    bound.apply_defaults()
+    return tuple(bound.arguments.items())
+
+
+def _sortable(kwargs):
+    return all(type(k) is str for k in kwargs)
+
+
+def _canonical(value):
+    """``value`` as nested tuples tagged by type; raises TypeError for unhashable leaves."""
+    kind = type(value)
+    if kind in _SCALARS or isinstance(value, np.generic):
+        # repr tells 0.0 from -0.0 and makes nan equal to nan (numpy scalars too).
+        return (kind, repr(value))
+    if kind is tuple or kind is list:
+        return (kind, tuple(_canonical(v) for v in value))
+    if kind is dict:
+        return (dict, tuple((k, _canonical(v)) for k, v in value.items()))
+    if kind is slice:
+        return (slice, _canonical(value.start), _canonical(value.stop), _canonical(value.step))
+    if isinstance(value, tuple):  # namedtuples
+        return (kind, tuple(_canonical(v) for v in value))
+    hash(value)
+    return (kind, value)
