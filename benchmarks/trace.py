@@ -11,13 +11,13 @@ Figures:
 - ResNet-18 (3x64x64) GraphModule forward / eager forward, batch 1 and 8: target <= 1.03.
 - ResNet-18 Interpreter run / GraphModule forward: reported.
 
-Timings alternate between the two sides round by round and report medians, so
-drift on a shared machine hits both alike. PyTorch is optional: without it the
-torch.fx columns read "-".
+Timings alternate between the two sides round by round, so drift on a shared
+machine hits both alike, and report the best round of each (timeit's advice:
+the minimum is the least disturbed by other processes). PyTorch is optional:
+without it the torch.fx columns read "-".
 """
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -28,8 +28,10 @@ sys.path.insert(0, ROOT)
 
 
 def paired(a, b, rounds):
-    """Median seconds of ``a()`` and of ``b()``, timed alternately ``rounds`` times."""
-    a(), b()  # warm up caches and lazily built state
+    """Best seconds of ``a()`` and of ``b()``, timed alternately ``rounds`` times."""
+    for fn in (a, b):  # warm up caches and lazily built state
+        if fn is not None:
+            fn()
     ta, tb = [], []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -39,7 +41,7 @@ def paired(a, b, rounds):
             start = time.perf_counter()
             b()
             tb.append(time.perf_counter() - start)
-    return statistics.median(ta), statistics.median(tb) if tb else None
+    return min(ta), min(tb) if tb else None
 
 
 def torch_resnet50():
@@ -62,8 +64,8 @@ def bench_tracing(rounds):
     gm = fxkit.symbolic_trace(model)
     res = {"nodes": len(gm.graph.nodes)}
     if fx is None:
-        res["trace"] = paired(lambda: fxkit.symbolic_trace(model), lambda: None, rounds)[0], None
-        res["recompile"] = paired(gm.recompile, lambda: None, rounds)[0], None
+        res["trace"] = paired(lambda: fxkit.symbolic_trace(model), None, rounds)
+        res["recompile"] = paired(gm.recompile, None, rounds)
         return res
     tgm = fx.symbolic_trace(torch_model)
     res["torch nodes"] = len(tgm.graph.nodes)
@@ -95,7 +97,7 @@ def report(tracing, forward):
     from rich.table import Table
 
     ms = 1e3
-    table = Table(title="Issue 3 figures (medians; ratio = fxkit / peer)")
+    table = Table(title="Issue 3 figures (best of the rounds; ratio = fxkit / peer)")
     for col in ("figure", "fxkit ms", "peer", "peer ms", "ratio", "target"):
         table.add_column(col, justify="left" if col in ("figure", "peer") else "right")
     for key, label in (("trace", "symbolic_trace ResNet-50"), ("recompile", "recompile() ResNet-50")):

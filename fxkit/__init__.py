@@ -5,6 +5,8 @@ from fxkit.errors import (DeviceError, DTypeError, FxkitError, GraphError, Index
                           LoweringError, ShapeError, TraceError)
 from fxkit.ops import *  # noqa: F401,F403  (fxkit.<op name>)
 import fxkit.nn as nn  # noqa: E402  (fxkit.nn, like torch.nn)
+import fxkit.optim as optim  # noqa: E402  (fxkit.optim, like torch.optim)
+import fxkit.utils as utils  # noqa: E402  (fxkit.utils.data, like torch.utils.data)
 from fxkit.runtime.device import Device, cuda
 from fxkit.runtime.device import Device as device
 from fxkit.runtime.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,

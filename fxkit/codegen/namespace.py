@@ -34,6 +34,9 @@ def sanitize(candidate):
     name = str(candidate)
     if is_plain_identifier(name) or keyword.iskeyword(name):
         return name
+    if name.isascii():  # the common case: dotted paths like "layer1.0.conv1"
+        name = _INVALID.sub("_", name)
+        return name if name[:1].isidentifier() else "_" + name
     name = unicodedata.normalize("NFKC", name)
     name = "".join(c if ("_" + c).isidentifier() else "_" for c in name)
     if not name[:1].isidentifier():

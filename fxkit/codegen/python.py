@@ -4,9 +4,12 @@ Each node becomes one statement named after the node::
 
     def forward(self, x):
         param = self.param
-        add = x + param;  x = param = None       # (frees are separate lines)
+        add = x + param
+        x = param = None          # values are freed after their last use
         linear = self.linear(add)
+        add = None
         clamp = ops.clamp(linear, min=0.0, max=1.0)
+        linear = None
         return clamp
 
 Ops that have a Python operator (the registry's operator table) are written
@@ -115,6 +118,8 @@ def generate_forward(nodes, root_name="self"):
     Raises:
         GraphError: a placeholder without a default follows one with a default.
     """
+    if not is_plain_identifier(root_name):
+        raise GraphError(f"generate_forward: the root name {root_name!r} is no valid identifier")
     return _Emitter(list(nodes), root_name).run()
 
 
@@ -123,9 +128,9 @@ class _Emitter:
 
     NOTE: loads of a variable, the ``self.layer1`` prefixes of attribute chains
     and ``None`` are single AST nodes shared by every statement using them
-    (they carry the position of their first use). The tree stays small, which
-    is most of what generating and compiling it costs; a statement's own nodes
-    (the call, operator, assignment) always carry the statement's line.
+    (they carry the position of their first use), so far fewer objects are
+    built; a statement's own nodes (the call, operator, assignment) always
+    carry the statement's line, which is what tracebacks report.
     """
 
     def __init__(self, nodes, root_name):
@@ -333,6 +338,10 @@ class _Emitter:
             return ast.Call(self.global_name(kind, kind.__name__), elements, [], **self.pos)
         if kind is complex and value.real == 0 and math.copysign(1, value.real) > 0 and value.imag >= 0:
             return self.constant(value)
+        if hasattr(value, "users") and hasattr(value, "op"):
+            # A node, but not one of ours: binding it as a constant would compute garbage.
+            raise GraphError(f"a node reads %{value.name}, which is not in the graph (erased, or from "
+                             f"another graph); graph.lint() names the reader")
         return self.global_name(value, _constant_name(value))
 
     def index(self, value):

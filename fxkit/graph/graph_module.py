@@ -75,7 +75,11 @@ class GraphModule(Module):
             self.training = root.training
             for node in graph.nodes:
                 if node.op in ("get_attr", "call") and type(node.target) is str:
-                    _copy_attr(root, self, node.target)
+                    try:
+                        _copy_attr(root, self, node.target)
+                    except AttributeError as exc:
+                        raise GraphError(f"GraphModule: node {node.format_node()} needs {node.target!r}, "
+                                         f"which the root module does not have ({exc})") from exc
         elif isinstance(root, dict):
             for node in graph.nodes:
                 if node.op in ("get_attr", "call") and type(node.target) is str:
@@ -112,10 +116,11 @@ class GraphModule(Module):
         return self.__dict__["_python_code"].src
 
     def recompile(self):
-        """Generate and compile ``forward`` from the graph now.
+        """Compile ``forward`` from the graph now (code generation is skipped when the
+        graph has not changed since it last generated code).
 
         Returns:
-            The `fxkit.codegen.python.PythonCode` generated.
+            The `fxkit.codegen.python.PythonCode` compiled.
         """
         d = self.__dict__
         graph = d["_graph"]

@@ -179,7 +179,9 @@ class Node:
 
     def replace_input_with(self, old, new):
         """Read ``new`` wherever this node reads ``old``."""
-        swap = lambda n: new if n is old else n  # noqa: E731
+        def swap(node):
+            return new if node is old else node
+
         self._set_arguments(map_arg(self._args, swap), map_arg(self._kwargs, swap))
 
     def update_arg(self, index, value):

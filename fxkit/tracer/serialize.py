@@ -7,8 +7,8 @@ A saved GraphModule is a directory (or a ``.zip`` of the same files):
   are tagged JSON values (``{"$tuple": [...]}``, ``{"$dtype": "float32"}``, ...).
 - ``modules.json``: each called submodule as its class name and constructor
   arguments (``Module._init_kwargs()``), plus its training flag.
-- ``weights.npz``: every tensor by qualified name, written and read with
-  ``allow_pickle=False``.
+- ``weights.npz``: every tensor (``arr_<i>`` for the i-th qualified name listed
+  in ``graph.json``), written and read with ``allow_pickle=False``.
 - ``code.py``: the generated forward, for people to read.
 
 Loading never unpickles and runs no code from the files: modules are built from
@@ -67,9 +67,11 @@ def save(gm, path):
     encoder = _Encoder(weights)
     doc = {"format": FORMAT, "version": VERSION, "class_name": type(gm).__name__,
            "training": gm.training, "attributes": attrs,
-           "nodes": [encoder.node(n) for n in gm.graph.nodes]}
+           "nodes": [encoder.node(n) for n in gm.graph.nodes],
+           # NOTE: qualified names may be any string; the npz holds arr_0, arr_1, ... in this order.
+           "weights": list(weights)}
     buffer = io.BytesIO()
-    np.savez(buffer, **weights)
+    np.savez(buffer, *weights.values())
     files = {"graph.json": json.dumps(doc, indent=1).encode(),
              "modules.json": json.dumps(modules, indent=1).encode(),
              "weights.npz": buffer.getvalue(),
@@ -111,8 +113,8 @@ def load(path, custom_objects=None):
     custom_objects = dict(custom_objects or {})
     try:
         with np.load(io.BytesIO(files["weights.npz"]), allow_pickle=False) as npz:
-            weights = {k: npz[k] for k in npz.files}
-    except ValueError as exc:
+            weights = {name: npz[f"arr_{i}"] for i, name in enumerate(doc["weights"])}
+    except (ValueError, KeyError) as exc:
         raise GraphError(f"load: {path}: weights.npz holds pickled objects or is damaged ({exc}); "
                          f"fxkit never unpickles, so such files cannot be loaded") from None
     specs = json.loads(files["modules.json"])

@@ -171,6 +171,8 @@ class Tracer:
             The recorded `Graph`; ``self.root`` is the module it refers to.
         """
         if isinstance(root, nn.Module):
+            if isinstance(root, GraphModule):
+                root.code  # noqa: B018  (regenerates a stale forward: the class attribute cannot)
             self.root, fn, skip = root, type(root).forward, 1
         elif callable(root):
             self.root, fn, skip = nn.Module(), root, 0

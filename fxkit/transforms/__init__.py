@@ -6,5 +6,20 @@ list of them, linting and checking outputs after each.
 """
 from fxkit.transforms.pass_base import Pass, pass_name
 from fxkit.transforms.pass_manager import PassManager, PassRecord
+from fxkit.transforms.shape_prop import ShapeProp
+from fxkit.transforms.symbolic import Sym
+from fxkit.transforms.infer_shapes import infer_shapes
+from fxkit.transforms.cost import Cost, estimate_cost
+from fxkit.transforms.cse import EliminateCommonSubexpressions, eliminate_common_subexpressions
+from fxkit.transforms.dead_code import EliminateDeadCode, eliminate_dead_code
+from fxkit.transforms.fold_constants import FoldConstants, fold_constants
+from fxkit.transforms.fold_conv_bn import FoldConvBN, fold_conv_bn
+from fxkit.transforms.remove_dropout import RemoveDropout, remove_dropout
+from fxkit.transforms.replace_pattern import replace_pattern
+from fxkit.transforms.subgraph_matcher import Match, SubgraphMatcher
 
-__all__ = ["Pass", "PassManager", "PassRecord", "pass_name"]
+__all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
+           "ShapeProp", "Sym", "infer_shapes", "Cost", "estimate_cost",
+           "EliminateCommonSubexpressions", "EliminateDeadCode", "FoldConstants", "FoldConvBN", "Match",
+           "RemoveDropout", "SubgraphMatcher", "eliminate_common_subexpressions", "eliminate_dead_code",
+           "fold_constants", "fold_conv_bn", "remove_dropout", "replace_pattern"]

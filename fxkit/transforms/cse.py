@@ -1,10 +1,8 @@
 """`eliminate_common_subexpressions`: compute each pure expression once."""
-import inspect
-
 import numpy as np
 
 from fxkit.runtime.op import Op
-from fxkit.transforms.effects import is_pure, written_nodes
+from fxkit.transforms.effects import bound_arguments, is_pure, may_write_inputs, written_nodes
 from fxkit.transforms.pass_base import Pass
 
 _SCALARS = (bool, int, float, complex, str, type(None))
@@ -19,11 +17,11 @@ class EliminateCommonSubexpressions(Pass):
     and ``sum(x, 1, keepdim=False)``), and constants compare by type and exact
     value (``1``, ``1.0`` and ``True`` differ, so do ``0.0`` and ``-0.0``).
 
-    Impure nodes (random ops, ``setitem``, ``batch_norm``, training-mode
-    submodules; see `fxkit.transforms.effects`) are never merged, and nothing
-    computed before one is reused after it, since it may have written the
-    values those expressions read. Nodes whose values an impure node may write
-    are never merged either.
+    Impure nodes (random ops, ``setitem``, ``batch_norm``, dropout layers in
+    training; see `fxkit.transforms.effects`) are never merged. Nothing
+    computed before an impure node that may write its inputs (``setitem``) is
+    reused after it, since the values those expressions read may have changed,
+    and nodes whose values such a node may write are never merged.
 
     Example::
 
@@ -45,7 +43,8 @@ class EliminateCommonSubexpressions(Pass):
             if node.op not in ("call", "get_attr"):
                 continue
             if not is_pure(gm, node):
-                seen.clear()
+                if may_write_inputs(gm, node):
+                    seen.clear()
                 continue
             if node in written:
                 continue
@@ -80,21 +79,12 @@ def expression_key(node):
     return key
 
 
-_SIGNATURES = {}
-
-
 def _bound_arguments(op, args, kwargs):
     """``(name, value)`` pairs of every parameter of ``op``'s implementation, defaults included."""
-    signature = _SIGNATURES.get(op)
-    if signature is None:
-        parameters = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
-        signature = _SIGNATURES[op] = inspect.Signature(parameters)
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError:  # the call will fail at run time anyway: compare as written
+    arguments = bound_arguments(op, args, kwargs)
+    if arguments is None:  # the call will fail at run time anyway: compare as written
         return (args, tuple(sorted(kwargs.items())) if _sortable(kwargs) else kwargs)
-    bound.apply_defaults()
-    return tuple(bound.arguments.items())
+    return tuple(arguments.items())
 
 
 def _sortable(kwargs):

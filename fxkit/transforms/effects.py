@@ -1,22 +1,30 @@
 """Which nodes a cleanup pass may remove, merge or precompute.
 
-Dead-code elimination, CSE and constant folding all ask the same two
-questions, answered here once from the op registry (``Op.pure``):
+Dead-code elimination, CSE and constant folding all ask the same questions,
+answered here once from the op registry (``Op.pure``, ``Op.kind``):
 
 * is a node *pure*: running it twice, or not at all, cannot be told apart?
   A registry op is when ``Op.pure`` says so (random ops, ``setitem`` and
   ``batch_norm``, which updates running statistics in training, are not); a
-  submodule call is when the module does not declare ``_is_impure`` and it and
-  its children are in eval mode (in training a layer may draw random numbers,
-  like ``Dropout``, or update state, like ``BatchNorm2d``); a wrapped function
-  is unless it was wrapped as impure.
-* may a node's value be *written* by an impure node? Every input of an impure
-  call counts as possibly written, and so does everything sharing memory with
-  it: values linked by calls that may return a view of (or the very array of)
-  their input. Only elementwise, reduction, matmul and conv ops are known to
-  return fresh arrays.
+  wrapped function is unless it was wrapped as impure; a submodule call is
+  when the module does not declare ``_is_impure`` and either it and its
+  children are in eval mode, or tracing its ``forward`` through every layer
+  records only pure ops (in training ``Dropout`` records a random op and
+  ``BatchNorm2d`` fails to trace as it updates its statistics, so both count
+  as impure; ``Linear`` is pure in either mode).
+* may an impure node *write* its inputs? A random op does not unless called
+  with ``inplace=True``; any other impure op, function or submodule may
+  (a training-mode submodule is asked through its trace, like above).
+* which values may such a write reach? Everything sharing memory with a
+  written input: values linked by calls that may return a view of (or the
+  very array of) their input. Only elementwise, reduction, matmul and conv
+  ops are known to return fresh arrays.
 """
+import inspect
+import weakref
+
 from fxkit.runtime.op import Op
+from fxkit.tracer.tracer import Tracer
 
 # Op kinds whose results never share memory with their inputs.
 _FRESH_KINDS = frozenset(("elementwise", "reduction", "matmul", "conv"))
@@ -37,22 +45,34 @@ def is_pure(gm, node):
     if isinstance(target, Op):
         return target.pure
     if type(target) is str:
-        try:
-            module = gm.get_submodule(target)
-        except AttributeError:
-            return False
-        if getattr(module, "_is_impure", False):
-            return False
-        return not any(m.training for m in module.modules())
+        module = _submodule(gm, target)
+        return module is not None and module_effects(module)[0]
     return not getattr(target, "_fxkit_impure", False)
+
+
+def may_write_inputs(gm, node):
+    """True when the call ``node`` may write into the arrays it receives."""
+    target = node.target
+    if isinstance(target, Op):
+        if target.pure:
+            return False
+        if target.kind == "random":
+            arguments = bound_arguments(target, node.args, node.kwargs)
+            return arguments is None or arguments.get("inplace", False) is not False
+        return True
+    if type(target) is str:
+        module = _submodule(gm, target)
+        return module is None or module_effects(module)[1]
+    return bool(getattr(target, "_fxkit_impure", False))
 
 
 def written_nodes(gm):
     """The nodes of ``gm.graph`` whose values an impure node may write in place.
 
     Returns:
-        A set of nodes: the inputs of impure calls, everything that may alias
-        them, and ``get_attr`` nodes reading the state of an impure submodule.
+        A set of nodes: the inputs an impure call may write, everything that
+        may alias them, and ``get_attr`` nodes reading the state of a
+        submodule whose call may write.
     """
     graph = gm.graph
     parent = {}
@@ -73,19 +93,83 @@ def written_nodes(gm):
             parent[a] = b
 
     roots = []
-    impure_paths = []
+    writing_paths = []
     for node in graph.nodes:
         if node.op != "call":
             continue
-        if not is_pure(gm, node):
+        if not is_pure(gm, node) and may_write_inputs(gm, node):
             roots.extend(node.all_input_nodes)
             if type(node.target) is str:
-                impure_paths.append(node.target + ".")
+                writing_paths.append(node.target + ".")
         if not (isinstance(node.target, Op) and node.target.kind in _FRESH_KINDS):
             for used in node.all_input_nodes:
                 union(used, node)
-    if impure_paths:
-        roots.extend(n for n in graph.nodes
-                     if n.op == "get_attr" and any(n.target.startswith(p) for p in impure_paths))
+    if writing_paths:
+        paths = tuple(writing_paths)
+        roots.extend(n for n in graph.nodes if n.op == "get_attr" and n.target.startswith(paths))
     written = {find(n) for n in roots}
     return {n for n in graph.nodes if find(n) in written}
+
+
+_SIGNATURES = {}
+
+
+def bound_arguments(op, args, kwargs):
+    """``{parameter: value}`` of a call of ``op``, defaults filled in; None when the call does not bind."""
+    signature = _SIGNATURES.get(op)
+    if signature is None:
+        parameters = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
+        signature = _SIGNATURES[op] = inspect.Signature(parameters)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return bound.arguments
+
+
+_EFFECTS = weakref.WeakKeyDictionary()
+
+
+def module_effects(module):
+    """``(pure, writes_inputs)`` of calling ``module`` (see the module docstring).
+
+    The answer for training mode comes from tracing the module; it is cached
+    per module and per train/eval setting of its layers.
+    """
+    if getattr(module, "_is_impure", False):
+        return False, True
+    modes = tuple(m.training for m in module.modules())
+    if not any(modes):
+        return True, False
+    cached = _EFFECTS.get(module)
+    if cached is None or cached[0] != modes:
+        cached = _EFFECTS[module] = (modes, _traced_effects(module))
+    return cached[1]
+
+
+class _ThroughEveryLayer(Tracer):
+    def is_leaf_module(self, module, qualname):
+        return False
+
+
+def _traced_effects(module):
+    try:
+        graph = _ThroughEveryLayer().trace(module)
+    except Exception:  # noqa: BLE001  (whatever stops the trace, the module's effects are unknown)
+        return False, True
+    pure, writes = True, False
+    for node in graph.nodes:
+        if node.op == "call":
+            target = node.target
+            if not (target.pure if isinstance(target, Op) else not getattr(target, "_fxkit_impure", False)):
+                pure = False
+                writes = writes or may_write_inputs(None, node)
+    return pure, writes
+
+
+def _submodule(gm, path):
+    try:
+        return gm.get_submodule(path)
+    except AttributeError:
+        return None

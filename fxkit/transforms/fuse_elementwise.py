@@ -25,6 +25,7 @@ single-output group's call takes its output's name and ``meta``. Calls of
 impure nodes (random ops, ``setitem``) are barriers: no group spans one and
 no node moves across one.
 """
+import bisect
 import copy
 import heapq
 
@@ -83,46 +84,57 @@ def fuse_elementwise(gm, min_size=2):
 
 # -- finding groups --------------------------------------------------------------------------
 def _find_groups(gm, nodes):
-    """The groups (lists of nodes in graph order) of fusible nodes, merged greedily."""
+    """The groups (lists of nodes in graph order) of fusible nodes, merged greedily.
+
+    Reachability is precomputed as bitsets over node positions, and each group
+    keeps the union of its members' ancestors and descendants: a merge would
+    leave and re-enter the group through another node exactly when some
+    non-member is both an ancestor and a descendant of the merged members.
+    """
     index = {node: i for i, node in enumerate(nodes)}
-    ancestors = [0] * len(nodes)  # bitsets over node indices
-    segment = [0] * len(nodes)
-    tensors = {}
-    group_of = {}  # node index -> bitset of its group's members
-    barriers = 0
+    ancestors = [0] * len(nodes)
     for i, node in enumerate(nodes):
-        bits = 0
         for used in node.all_input_nodes:
             j = index[used]
-            bits |= ancestors[j] | (1 << j)
-        ancestors[i] = bits
+            ancestors[i] |= ancestors[j] | (1 << j)
+    descendants = [0] * len(nodes)
+    for i in range(len(nodes) - 1, -1, -1):
+        for user in nodes[i].users:
+            j = index[user]
+            descendants[i] |= descendants[j] | (1 << j)
+    parent = {}   # union-find over fusible node positions
+    groups = {}   # root -> [members, ancestors, descendants (bitsets), barriers before it]
+    tensors = {}
+    barriers = 0  # impure calls so far: groups never span one
+
+    def root(j):
+        while parent[j] != j:
+            parent[j] = parent[parent[j]]
+            j = parent[j]
+        return j
+
+    for i, node in enumerate(nodes):
         if node.op == "call" and node.is_impure():
             barriers += 1
-        segment[i] = barriers
         if not _fusible(gm, node, tensors):
             continue
-        members = 1 << i
+        parent[i] = i
+        group = groups[i] = [1 << i, ancestors[i], descendants[i], barriers]
         for used in node.all_input_nodes:
             j = index[used]
-            other = group_of.get(j)
-            if other is None or members & other or segment[j] != segment[i]:
+            if j not in parent:
                 continue
-            merged = members | other
-            if _acyclic(merged, ancestors):
-                members = merged
-        for j in _bits(members):
-            group_of[j] = members
-    unique = {id(g): g for g in group_of.values()}
-    return [[nodes[j] for j in _bits(g)] for g in unique.values()]
-
-
-def _acyclic(members, ancestors):
-    """False when some non-member lies on a path from one member to another."""
-    outside = 0
-    for j in _bits(members):
-        outside |= ancestors[j]
-    outside &= ~members
-    return not any(ancestors[w] & members for w in _bits(outside))
+            other_root = root(j)
+            other = groups[other_root]
+            if other_root == i or other[3] != barriers:
+                continue
+            members, anc, desc = group[0] | other[0], group[1] | other[1], group[2] | other[2]
+            if anc & desc & ~members:
+                continue
+            parent[other_root] = i
+            group[:3] = members, anc, desc
+            del groups[other_root]
+    return [[nodes[j] for j in _bits(members)] for members, *_ in groups.values()]
 
 
 def _bits(bitset):
@@ -203,16 +215,17 @@ def _rebuild(nodes, groups, first_index):
     position = {node: i for i, node in enumerate(nodes)}
     first = [position[unit[0]] for unit in units]
     barriers = [unit_of[n] for n in nodes if n.op == "call" and n.is_impure()]
+    barrier_positions = [first[b] for b in barriers]
     needs = [{unit_of[used] for node in unit for used in node.all_input_nodes} - {k}
              for k, unit in enumerate(units)]
     for k in range(len(units)):
         # NOTE: groups never span a barrier, so a unit's first node places it.
-        earlier = [b for b in barriers if first[b] < first[k]]
-        if earlier:
-            needs[k].add(earlier[-1])
-        later = [b for b in barriers if first[b] > first[k]]
-        if later:
-            needs[later[0]].add(k)
+        at = bisect.bisect_left(barrier_positions, first[k])
+        if at > 0:
+            needs[k].add(barriers[at - 1])
+        after = at + (at < len(barriers) and barrier_positions[at] == first[k])
+        if after < len(barriers):
+            needs[barriers[after]].add(k)
     waiting = [len(n) for n in needs]
     followers = [[] for _ in units]
     for k, needed in enumerate(needs):

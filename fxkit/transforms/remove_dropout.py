@@ -1,8 +1,7 @@
 """`remove_dropout`: drop dropout calls that do nothing (eval mode), or all of them for export."""
-import inspect
-
 from fxkit.runtime import nn
 from fxkit.runtime.registry import get_op
+from fxkit.transforms.effects import bound_arguments
 from fxkit.transforms.pass_base import Pass
 
 _DROPOUT_OPS = ("dropout", "dropout2d")
@@ -57,7 +56,7 @@ class RemoveDropout(Pass):
             return None
         for name in _DROPOUT_OPS:
             if node.is_op(name):
-                arguments = _bind(get_op(name), node)
+                arguments = bound_arguments(get_op(name), node.args, node.kwargs)
                 if arguments is None:
                     return None
                 inactive = arguments["training"] is False or arguments["p"] == 0
@@ -71,14 +70,3 @@ class RemoveDropout(Pass):
 def remove_dropout(gm, force=False):
     """Function form of `RemoveDropout`."""
     return RemoveDropout(force)(gm)
-
-
-def _bind(op, node):
-    """``{parameter: value}`` of ``node``'s call of ``op``, defaults filled in; None when it does not bind."""
-    parameters = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
-    try:
-        bound = inspect.Signature(parameters).bind(*node.args, **node.kwargs)
-    except TypeError:
-        return None
-    bound.apply_defaults()
-    return bound.arguments

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from fxkit.errors import GraphError
 from fxkit.graph.graph import Graph
 from fxkit.graph.graph_module import GraphModule
-from fxkit.graph.node import Node, map_arg
+from fxkit.graph.node import Node, map_aggregate
 
 
 @dataclass
@@ -66,7 +66,7 @@ class SubgraphMatcher:
         self.remove_overlapping = remove_overlapping
         self.placeholders = [n for n in self.pattern.nodes if n.op == "placeholder"]
         output = self.pattern.output_node()
-        self.returned = _flatten(output.args[0] if output.args else None)
+        self.returned = flatten_output(output.args[0] if output.args else None)
         if not self.returned or not all(isinstance(n, Node) and n.op != "placeholder" for n in self.returned):
             raise GraphError(f"SubgraphMatcher: the pattern must return one or more computed nodes, got "
                              f"{output.format_node()}; a pattern returning an input or a constant matches nothing")
@@ -92,7 +92,7 @@ class SubgraphMatcher:
         for node in graph.nodes:
             if not _same_operation(first, node):
                 continue
-            state = _attempt(self, {}, {}, first, node)
+            state = _attempt({}, {}, first, node)
             found = next(self._complete(graph, 1, state), None) if state is not None else None
             if found is None:
                 continue
@@ -118,7 +118,7 @@ class SubgraphMatcher:
             return
         for node in graph.nodes:
             if _same_operation(anchor, node):
-                extended = _attempt(self, dict(state[0]), dict(state[1]), anchor, node)
+                extended = _attempt(dict(state[0]), dict(state[1]), anchor, node)
                 if extended is not None:
                     yield from self._complete(graph, index + 1, extended)
 
@@ -147,7 +147,7 @@ def pattern_graph(pattern):
     raise GraphError(f"a pattern must be a Graph, a GraphModule or a function, got {type(pattern).__name__}")
 
 
-def _attempt(matcher, nodes_map, reverse, pattern_node, node):
+def _attempt(nodes_map, reverse, pattern_node, node):
     """Match ``pattern_node`` to ``node`` on top of the given maps; the maps, or None."""
     return (nodes_map, reverse) if _match_value(pattern_node, node, nodes_map, reverse) else None
 
@@ -201,10 +201,8 @@ def _same_constant(a, b):
         return a is b
 
 
-def _flatten(value):
-    """The nodes and constants of a pattern's output, in order (nested tuples, lists and dicts)."""
+def flatten_output(value):
+    """The nodes and constants of a graph's output, in order (nested tuples, lists and dicts)."""
     found = []
-    map_arg(value, found.append)
-    if not found and value is not None:
-        found.append(value)
+    map_aggregate(value, found.append)
     return found

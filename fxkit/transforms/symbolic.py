@@ -77,6 +77,25 @@ class Sym:
                 found |= {atom.num} if atom.kind == "name" else _names(atom.num) | _names(atom.den)
         return found
 
+    def subs(self, **values):
+        """The expression with the named dimensions replaced by ints (or other expressions).
+
+        Example:
+            >>> ((Sym.symbol("N") + 1) // 2).subs(N=7)
+            4
+        """
+        total = self.const
+        for coef, atoms, _ in self.terms.values():
+            product = coef
+            for atom in atoms:
+                if atom.kind == "name":
+                    product = product * values.get(atom.num, Sym.symbol(atom.num))
+                else:
+                    num, den = _subs(atom.num, values), _subs(atom.den, values)
+                    product = product * (num // den if atom.kind == "floordiv" else num % den)
+            total = total + product
+        return total
+
     # -- arithmetic -----------------------------------------------------------------------
     def __add__(self, other):
         if type(other) is int:
@@ -223,12 +242,10 @@ class Sym:
         return answer
 
     def __eq__(self, other):
-        return self._decide(other, "==", lambda lo, hi: True if lo == hi == 0
-                            else (False if (lo is not None and lo > 0) or (hi is not None and hi < 0) else None))
+        return self._decide(other, "==", _equal)
 
     def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
+        return self._decide(other, "!=", lambda lo, hi: None if _equal(lo, hi) is None else not _equal(lo, hi))
 
     def __lt__(self, other):
         return self._decide(other, "<", lambda lo, hi: True if hi is not None and hi < 0
@@ -284,6 +301,15 @@ class Sym:
         return (_rebuild, (self.terms, self.const))
 
 
+def _equal(lo, hi):
+    """Whether a difference with bounds ``lo <= d <= hi`` (None: unbounded) is 0; None if unknown."""
+    if lo == hi == 0:
+        return True
+    if (lo is not None and lo > 0) or (hi is not None and hi < 0):
+        return False
+    return None
+
+
 def _rebuild(terms, const):
     return Sym(terms, const)
 
@@ -314,6 +340,10 @@ def _key_of(value):
     if isinstance(value, Sym):
         return (tuple(sorted((k, v[0]) for k, v in value.terms.items())), value.const)
     return value
+
+
+def _subs(value, values):
+    return value.subs(**values) if isinstance(value, Sym) else value
 
 
 def _names(value):

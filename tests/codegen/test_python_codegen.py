@@ -5,7 +5,6 @@ import ast
 import builtins
 import collections
 import math
-import operator
 import types
 
 import numpy as np
@@ -148,15 +147,18 @@ def test_submodule_paths(rng):
     g = Graph()
     x = g.placeholder("x")
     y = g.call("layer1.0", (x,))
-    w = g.get_attr("layer1.0.weight")
-    g.output(g.call("layer1.1", (ops.matmul(y, w) if False else y,)))
-    del w
+    z = g.call(ops.matmul, (y, g.get_attr("layer1.0.weight")))
+    g.output(g.call("layer1.1", (z,)))
     model = Blocks()
     gm = _forward(g, model)
     assert "layer1_0 = getattr(self.layer1, '0')(x)" in gm.code
     assert "layer1_0_weight = getattr(self.layer1, '0').weight" in gm.code
+    assert "layer1_1 = getattr(self.layer1, '1')(matmul)" in gm.code
     x_value = randn(rng, 2, 3)
-    np.testing.assert_array_equal(gm(x_value).numpy(), model.layer1(x_value).numpy())
+    w = model.layer1[0].weight.numpy().astype(np.float64)
+    b = model.layer1[0].bias.numpy().astype(np.float64)
+    expected = np.maximum((x_value.numpy() @ w.T + b) @ w, 0)
+    np.testing.assert_allclose(gm(x_value).numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
 class Node(types.SimpleNamespace):
@@ -298,6 +300,18 @@ def test_namespace():
     assert ns.create_name("thing", obj) == ns.create_name("other", obj) == "thing"
 
 
+@settings(max_examples=200, deadline=None)
+@given(candidates=st.lists(st.text(max_size=10), max_size=12))
+def test_namespace_names_are_unique_plain_identifiers(candidates):
+    from fxkit.codegen.namespace import RESERVED, is_plain_identifier
+
+    ns = Namespace()
+    names = [ns.create_name(c) for c in candidates]
+    assert len(set(names)) == len(names)
+    assert all(is_plain_identifier(n) and n not in RESERVED for n in names)
+    assert all(ast.parse(f"{n} = 1").body[0].targets[0].id == n for n in names)
+
+
 # -- nothing in a graph can inject code ---------------------------------------------------
 PAYLOADS = ["canary()", "x); canary(); (", "'\ncanary()\n'", "\"\"\"; canary() #", "return canary()",
             "lambda: canary()", "self", "__import__('os')", "\\", "'''", "\n", "λ", "ﬁx", "fix", "1e309",
@@ -362,7 +376,6 @@ def test_operator_table_covers_the_registry_operators():
     written = {op.name for op in _OPERATOR_FORMS}
     assert {name for name, _ in OPERATORS.values()} <= written
     assert "abs" not in written  # abs() could be shadowed by a node named abs
-    assert operator.neg  # the unary table is built from UNARY_OPERATORS too
     assert {"neg", "bitwise_not"} <= written
 
 
@@ -373,3 +386,13 @@ def test_code_is_generated_once_per_graph_version():
     g.find_nodes(target=ops.clamp)[0].kwargs = {"min": 0.5}
     second = g.python_code()
     assert second is not first and "min=0.5" in second.src
+
+
+def test_stray_node_is_an_error():
+    g = Graph()
+    x = g.placeholder("x")
+    gone = g.call(ops.neg, (x,))
+    g.erase_node(gone)
+    g.output(g.call(ops.relu, (gone,)))
+    with pytest.raises(GraphError, match="a node reads %neg, which is not in the graph"):
+        g.python_code()

@@ -155,7 +155,8 @@ def test_version_bumps_on_every_change():
     assert versions == sorted(set(versions))
 
 
-@pytest.mark.parametrize("roundtrip", [copy.deepcopy, lambda g: pickle.loads(pickle.dumps(g))], ids=["deepcopy", "pickle"])
+@pytest.mark.parametrize("roundtrip", [copy.deepcopy, lambda g: pickle.loads(pickle.dumps(g))],
+                         ids=["deepcopy", "pickle"])
 def test_graph_roundtrip_preserves_structure_and_meta(roundtrip, rng):
     g = my_module_graph(with_stack=True)
     for node in g.nodes:

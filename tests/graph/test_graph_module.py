@@ -14,12 +14,15 @@ from fxkit.graph import Graph, GraphModule
 from tests.graph.builders import MyModule, my_module_graph, my_module_reference, randn
 
 
-def test_forward_matches_reference(rng):
+def test_forward_matches_reference(rng, device):
     model = MyModule()
-    gm = GraphModule(model, my_module_graph())
     x = randn(rng, 3, 4)
-    np.testing.assert_allclose(gm(x).numpy(), my_module_reference(model, x), rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(gm(x).numpy(), model(x).numpy())  # same ops, same order
+    expected = my_module_reference(model, x)
+    model.to(device)
+    gm = GraphModule(model, my_module_graph())
+    x = x.to(device)
+    np.testing.assert_allclose(gm(x).cpu().numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(gm(x).cpu().numpy(), model(x).cpu().numpy())  # same ops, same order
 
 
 class Nested(nn.Module):
@@ -66,6 +69,14 @@ def test_dict_root(rng):
     np.testing.assert_allclose(gm(x).numpy(), expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(GraphError, match=r"needs 'param', which the root dict does not hold"):
         GraphModule({"linear": linear}, my_module_graph())
+
+
+def test_missing_root_attribute():
+    g = my_module_graph()
+    g.find_nodes(op="get_attr")[0].target = "linear.scale"
+    with pytest.raises(GraphError, match=r"node %param = get_attr\[linear.scale\] needs 'linear.scale', which the "
+                                         r"root module does not have"):
+        GraphModule(MyModule(), g)
 
 
 def test_each_instance_has_its_own_class():

@@ -98,7 +98,8 @@ def test_non_fxkit_failure_becomes_graph_error(rng):
     g.output(g.call(divide, (x,)))
     with pytest.raises(GraphError) as info:
         Interpreter(GraphModule(fxkit.nn.Module(), g)).run(1)
-    assert str(info.value) == "ZeroDivisionError: integer division or modulo by zero\n  node: %divide = call[divide](%x)"
+    assert str(info.value) == ("ZeroDivisionError: integer division or modulo by zero\n"
+                               "  node: %divide = call[divide](%x)")
     assert isinstance(info.value.__cause__, ZeroDivisionError)
 
 

@@ -60,8 +60,11 @@ def test_files_are_data(tmp_path):
     doc = json.loads((tmp_path / "m" / "graph.json").read_text())
     targets = {n["name"]: n["target"] for n in doc["nodes"]}
     assert targets["conv"] == "conv" and targets["relu"] == {"$op": "relu"}
+    names = doc["weights"]
+    assert {"conv.weight", "bn.running_mean", "scale", "offset"} <= set(names)
     with np.load(tmp_path / "m" / "weights.npz", allow_pickle=False) as npz:
-        assert {"conv.weight", "bn.running_mean", "scale", "offset"} <= set(npz.files)
+        conv = npz[f"arr_{names.index('conv.weight')}"]
+        np.testing.assert_array_equal(conv, gm.get_submodule("conv").weight.numpy())
 
 
 def test_load_never_unpickles_or_runs_saved_code(rng, tmp_path, monkeypatch):
@@ -85,7 +88,7 @@ def test_load_never_unpickles_or_runs_saved_code(rng, tmp_path, monkeypatch):
 def test_pickled_arrays_in_weights_are_refused(tmp_path):
     gm = fxkit.symbolic_trace(Net())
     fxkit.save(gm, tmp_path / "m")
-    np.savez(tmp_path / "m" / "weights.npz", scale=np.array([object()], dtype=object))
+    np.savez(tmp_path / "m" / "weights.npz", np.array([object()], dtype=object))
     with pytest.raises(fxkit.GraphError, match="weights.npz holds pickled objects"):
         fxkit.load(tmp_path / "m")
 

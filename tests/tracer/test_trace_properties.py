@@ -20,7 +20,7 @@ UNARY = {
     "abs": [lambda a: abs(a), lambda a: a.abs()],
     "tanh": [lambda a: a.tanh(), lambda a: fxkit.tanh(a)],
     "sigmoid": [lambda a: a.sigmoid(), lambda a: fxkit.ops.sigmoid(a)],
-    "exp": [lambda a: a.exp()],
+    "sin": [lambda a: a.sin(), lambda a: fxkit.sin(a)],
     "sum": [lambda a: a.sum(-1, keepdim=True), lambda a: fxkit.sum(a, dim=-1, keepdim=True)],
     "mean": [lambda a: a.mean(0, keepdim=True)],
 }

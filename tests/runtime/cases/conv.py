@@ -136,6 +136,10 @@ def _register():
     conv_case(*c2, _conv(None, (4, 3, 3, 3), x=lambda r: channels_last(r, 2, 3, 7, 5)), id="channels-last-folded")
     conv_case(*c2, _conv(None, (4, 3, 2, 3), x=lambda r: randf(r, 2, 3, 9, 12)[:, :, ::-1, ::2]),
               id="negative-stride-view")
+    conv_case(*c2, _conv(None, (4, 3, 3, 3), x=lambda r: randf(r, 2, 3, 20, 36)[:, :, ::-1, ::2]),
+              id="negative-stride-view-per-image")
+    conv_case(*c2, lambda r: ((randf(r, 2, 3, 6, 6), randf(r, 3, 4, 3, 3).transpose(1, 0, 2, 3),
+                               randf(r, 8)[::2]), {"padding": 1}), id="non-contiguous-weight-bias")
     conv_case(*c2, _conv((2, 3, 10, 10), (4, 3, 7, 7), stride=2, padding=3), id="stem-7x7")
     conv_case(*c2, _conv((0, 3, 6, 6), (4, 3, 3, 3)), id="empty-batch")
     case("conv2d", lambda r: ((randf(r, 2, 3, 5, 5, dtype=np.float64), randf(r, 4, 3, 3, 3, dtype=np.float64),

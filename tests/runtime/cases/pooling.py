@@ -155,6 +155,9 @@ def _register():
     pool_case(*mp, _input(0, 3, 4, 4, kernel_size=2), id="empty-batch")
     case("max_pool2d", lambda r: ((randi(r, 2, 3, 6, 6, low=-50, high=50),), {"kernel_size": 3, "padding": 1}),
          ref_max_pool2d, id="int64", dtype=fxkit.int64)
+    case("max_pool2d", lambda r: ((randi(r, 2, 3, 7, 7, low=-3, high=3),),
+                                  {"kernel_size": 3, "stride": 2, "padding": 1, "return_indices": True}),
+         ref_max_pool2d, id="int64-ties-keep-first")
 
     def with_nans(r):
         x = randf(r, 1, 2, 6, 6)

@@ -1,0 +1,65 @@
+"""`SGD`: stochastic gradient descent with momentum, dampening, Nesterov momentum
+and weight decay, step for step PyTorch's ``torch.optim.SGD``."""
+from fxkit.optim.optimizer import Optimizer, check_nonnegative, state_tensor
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, optionally with momentum.
+
+    Each step, for a parameter ``p`` with gradient ``g`` (PyTorch's formulation,
+    where the learning rate multiplies the velocity, not the gradient)::
+
+        g = -g if maximize;  g = g + weight_decay * p
+        b = g (first step) or momentum * b + (1 - dampening) * g
+        g = g + momentum * b if nesterov else b
+        p = p - lr * g
+
+    Args:
+        params: the parameters, or parameter groups (see `Optimizer`).
+        lr: learning rate (default 1e-3, as in PyTorch).
+        momentum: momentum factor (0 turns the buffer off).
+        dampening: dampening of the momentum.
+        weight_decay: L2 penalty added to the gradient.
+        nesterov: use Nesterov momentum (needs momentum > 0 and dampening 0).
+        maximize: ascend the objective instead of descending.
+
+    Example:
+        >>> opt = fxkit.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        >>> opt.zero_grad(); loss.backward(); opt.step()
+    """
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
+                 maximize=False):
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay,
+                    "nesterov": nesterov, "maximize": maximize}
+        super().__init__(params, defaults)
+
+    def _check_hyperparameters(self, group):
+        check_nonnegative(group, "lr", "learning rate")
+        check_nonnegative(group, "momentum", "momentum value")
+        check_nonnegative(group, "weight_decay", "weight_decay value")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError(f"Nesterov momentum requires a momentum and zero dampening, got "
+                             f"momentum={group['momentum']}, dampening={group['dampening']}")
+
+    def _update(self, param, g, state, group):
+        p = param._data
+        momentum = group["momentum"]
+        weight_decay = group["weight_decay"]
+        if group["maximize"]:
+            g = -g
+        if weight_decay != 0:
+            g = g + weight_decay * p
+        if momentum != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = g.copy()
+                state["momentum_buffer"] = state_tensor(buf, param)
+            else:
+                buf = buf._data
+                buf *= momentum
+                dampening = group["dampening"]
+                buf += g if dampening == 0 else (1 - dampening) * g
+            g = g + momentum * buf if group["nesterov"] else buf
+        p -= group["lr"] * g
+

@@ -1,0 +1,48 @@
+"""SGD against torch.optim.SGD: every option, several steps, same parameters and gradients."""
+import pytest
+
+import fxkit
+
+torch = pytest.importorskip("torch")
+
+from tests.optim.compare import assert_params_close, problem, run_both  # noqa: E402
+
+CONFIGS = {
+    "plain": {"lr": 0.1},
+    "default_lr": {},
+    "momentum": {"lr": 0.05, "momentum": 0.9},
+    "dampening": {"lr": 0.05, "momentum": 0.8, "dampening": 0.3},
+    "nesterov": {"lr": 0.05, "momentum": 0.9, "nesterov": True},
+    "weight_decay": {"lr": 0.1, "weight_decay": 0.05},
+    "maximize": {"lr": 0.1, "maximize": True},
+    "everything": {"lr": 0.02, "momentum": 0.7, "weight_decay": 0.1, "nesterov": True, "maximize": True},
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_sgd_matches_torch(config, rng, device):
+    init, grads = problem(rng)
+    fx, th = run_both(fxkit.optim.SGD, torch.optim.SGD, init, grads, device, **config)
+    assert_params_close(fx, th)
+
+
+def test_sgd_param_groups_match_torch(rng):
+    init, grads = problem(rng)
+    groups = [{"lr": 0.2, "momentum": 0.5}, {"nesterov": True, "momentum": 0.9, "weight_decay": 0.01}]
+    fx, th = run_both(fxkit.optim.SGD, torch.optim.SGD, init, grads, groups=groups, lr=0.05)
+    assert_params_close(fx, th)
+
+
+def test_sgd_changed_lr_midway_matches_torch(rng):
+    init, grads = problem(rng)
+    fx, th = run_both(fxkit.optim.SGD, torch.optim.SGD, init, grads[:3], lr=0.1, momentum=0.9)
+    fx_opt = fxkit.optim.SGD(fx, lr=0.03, momentum=0.9)
+    th_opt = torch.optim.SGD(th, lr=0.03, momentum=0.9)
+    for g in grads[3:]:
+        for p, a in zip(fx, g):
+            p.grad = fxkit.from_numpy(a.copy())
+        for p, a in zip(th, g):
+            p.grad = torch.from_numpy(a.copy())
+        fx_opt.step()
+        th_opt.step()
+    assert_params_close(fx, th)
