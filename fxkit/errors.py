@@ -60,3 +60,8 @@ class IndexOutOfRangeError(FxkitError, IndexError):
 
 class StateDictError(FxkitError, RuntimeError):
     """A state_dict that does not fit a module: missing or unexpected keys, shape mismatches."""
+
+
+class AutogradError(FxkitError, RuntimeError):
+    """A gradient that cannot be computed: through a non-differentiable op, a freed graph,
+    or a value an in-place operation overwrote after it was saved for backward."""

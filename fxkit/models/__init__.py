@@ -9,6 +9,7 @@ Example:
     >>> model(*(fxkit.randn(*s) for s in shapes)).shape
     (8, 1000)
 """
+from fxkit.models.digits import DigitsNet
 from fxkit.models.lenet import Net
 from fxkit.models.lstm import LSTMCell
 from fxkit.models.mlp import MLP
@@ -23,6 +24,7 @@ def _lstm_cell(input_size=128, hidden_size=256):
 # name -> (constructor, example input shapes)
 _ZOO = {
     "lenet": (Net, [(64, 1, 28, 28)]),
+    "digits_net": (DigitsNet, [(64, 1, 8, 8)]),
     "mlp": (MLP, [(64, 784)]),
     "lstm_cell": (_lstm_cell, [(32, 128), (32, 256), (32, 256)]),
     "transformer_block": (TransformerBlock, [(8, 32, 128)]),
@@ -54,5 +56,5 @@ def get(name, **kwargs):
     return build(**kwargs).eval(), [tuple(s) for s in shapes]
 
 
-__all__ = ["get", "names", "Net", "MLP", "LSTMCell", "TransformerBlock", "ResNet", "BasicBlock", "Bottleneck",
-           "resnet18", "resnet50"]
+__all__ = ["get", "names", "Net", "DigitsNet", "MLP", "LSTMCell", "TransformerBlock", "ResNet", "BasicBlock",
+           "Bottleneck", "resnet18", "resnet50"]

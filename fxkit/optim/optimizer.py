@@ -1,11 +1,12 @@
 """`Optimizer`: the parameter groups, per-parameter state and checkpointing every
 optimizer shares, with ``torch.optim.Optimizer``'s API.
 
-Subclasses implement ``_update(p, grad, state, group)``, called by `step` for
-each parameter with a gradient; it updates the parameter in place, on the raw arrays (``p._data``, ``p.grad._data``): the update is not
-recorded by autograd, writes into the storage the model already holds (no new
-Parameter objects, so module references stay valid) and runs as a few array
-operations per parameter with no per-op dispatch.
+Subclasses implement ``_update(p, grad, state, group)``, which `step` calls for
+each parameter with a gradient. It updates the parameter in place, on the raw
+arrays (``p._data``, ``p.grad._data``): the update is not recorded by autograd,
+writes into the storage the model already holds (no new Parameter objects, so
+module references stay valid) and runs as a few array operations per parameter
+with no per-op dispatch.
 """
 import copy
 import itertools

@@ -171,7 +171,10 @@ _MOVES_NO_DATA = ("view", "shape")
 
 def op_cost(op, args, kwargs, out):
     """The `Cost` of ``op`` applied to metas ``args``/``kwargs`` giving ``out``."""
-    rule = FLOP_RULES.get(op) or KIND_FLOPS[op.kind]
+    rule = FLOP_RULES.get(op) or KIND_FLOPS.get(op.kind)
+    if rule is None:
+        raise ShapeError(f"cost: the {op.kind} op {op.name!r} has no FLOP rule; add one to "
+                         f"fxkit.transforms.cost.FLOP_RULES")
     flops = rule(out, *args, **kwargs)
     if op.kind in _MOVES_NO_DATA:
         return Cost(flops)

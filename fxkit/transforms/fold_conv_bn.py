@@ -38,9 +38,11 @@ class FoldConvBN(Pass):
     """
 
     name = "fold_conv_bn"
-    # float32 rounding of the folded weights: outputs move by about 1e-6 relative.
+    # Rounding the folded weights to float32 moves outputs by about 1e-6 of their
+    # scale; elements that cancel to near zero in a deep net (ResNet-50's logits
+    # reach 30) see that as absolute error.
     rtol = 1e-4
-    atol = 1e-5
+    atol = 1e-4
 
     def __call__(self, gm):
         graph = gm.graph

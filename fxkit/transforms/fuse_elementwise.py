@@ -84,65 +84,85 @@ def fuse_elementwise(gm, min_size=2):
 
 # -- finding groups --------------------------------------------------------------------------
 def _find_groups(gm, nodes):
-    """The groups (lists of nodes in graph order) of fusible nodes, merged greedily.
-
-    Reachability is precomputed as bitsets over node positions, and each group
-    keeps the union of its members' ancestors and descendants: a merge would
-    leave and re-enter the group through another node exactly when some
-    non-member is both an ancestor and a descendant of the merged members.
-    """
-    index = {node: i for i, node in enumerate(nodes)}
-    ancestors = [0] * len(nodes)
-    for i, node in enumerate(nodes):
-        for used in node.all_input_nodes:
-            j = index[used]
-            ancestors[i] |= ancestors[j] | (1 << j)
-    descendants = [0] * len(nodes)
-    for i in range(len(nodes) - 1, -1, -1):
-        for user in nodes[i].users:
-            j = index[user]
-            descendants[i] |= descendants[j] | (1 << j)
-    parent = {}   # union-find over fusible node positions
-    groups = {}   # root -> [members, ancestors, descendants (bitsets), barriers before it]
+    """The groups (lists of nodes in graph order) of fusible nodes, merged greedily in graph order."""
+    units = _Units(nodes)
     tensors = {}
     barriers = 0  # impure calls so far: groups never span one
-
-    def root(j):
-        while parent[j] != j:
-            parent[j] = parent[parent[j]]
-            j = parent[j]
-        return j
-
+    segment = {}
     for i, node in enumerate(nodes):
         if node.op == "call" and node.is_impure():
             barriers += 1
         if not _fusible(gm, node, tensors):
             continue
-        parent[i] = i
-        group = groups[i] = [1 << i, ancestors[i], descendants[i], barriers]
+        segment[i] = barriers
         for used in node.all_input_nodes:
-            j = index[used]
-            if j not in parent:
+            j = units.index[used]
+            if j not in segment or segment[j] != barriers:
                 continue
-            other_root = root(j)
-            other = groups[other_root]
-            if other_root == i or other[3] != barriers:
-                continue
-            members, anc, desc = group[0] | other[0], group[1] | other[1], group[2] | other[2]
-            if anc & desc & ~members:
-                continue
-            parent[other_root] = i
-            group[:3] = members, anc, desc
-            del groups[other_root]
-    return [[nodes[j] for j in _bits(members)] for members, *_ in groups.values()]
+            mine, other = units.find(i), units.find(j)
+            if mine != other and not units.path_between(mine, other) and not units.path_between(other, mine):
+                units.merge(mine, other)
+    groups = {}
+    for i in segment:
+        groups.setdefault(units.find(i), []).append(nodes[i])
+    return list(groups.values())
 
 
-def _bits(bitset):
-    """The set bits of ``bitset`` in increasing order."""
-    while bitset:
-        low = bitset & -bitset
-        yield low.bit_length() - 1
-        bitset ^= low
+class _Units:
+    """The graph with groups contracted: union-find over node positions.
+
+    Each unit (a root position) knows its first and last member's position and
+    the positions its members' users sit at. Merging two units is safe unless
+    a path leads from one to the other through a third unit: the contracted
+    graph would then have a cycle, and the fused call no valid place.
+    """
+
+    def __init__(self, nodes):
+        self.index = {node: i for i, node in enumerate(nodes)}
+        self.parent = list(range(len(nodes)))
+        self.first = list(range(len(nodes)))
+        self.last = list(range(len(nodes)))
+        self.users = [{self.index[u] for u in node.users} for node in nodes]
+
+    def find(self, i):
+        parent = self.parent
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def merge(self, a, b):
+        if len(self.users[a]) < len(self.users[b]):
+            a, b = b, a
+        self.parent[b] = a
+        self.first[a] = min(self.first[a], self.first[b])
+        self.last[a] = max(self.last[a], self.last[b])
+        # Users inside the merged unit lead nowhere: dropping them keeps searches short.
+        self.users[a] = {u for u in self.users[a] | self.users[b] if self.find(u) != a}
+        self.users[b] = None
+
+    def path_between(self, a, b):
+        """Whether a path leads from unit ``a`` through another unit to unit ``b``.
+
+        NOTE: a unit can only lead to ``b`` when one of its members comes before
+        one of ``b``'s (graph order is topological), which keeps the search near.
+        """
+        find, first, users = self.find, self.first, self.users
+        last_b = self.last[b]
+        todo = [r for r in {find(u) for u in users[a]} if r != a and r != b]
+        seen = set(todo)
+        while todo:
+            x = todo.pop()
+            if first[x] >= last_b:
+                continue
+            for u in users[x]:
+                r = find(u)
+                if r == b:
+                    return True
+                if r not in seen and r != a:
+                    seen.add(r)
+                    todo.append(r)
+        return False
 
 
 def _fusible(gm, node, tensors):

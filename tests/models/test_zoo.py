@@ -89,7 +89,8 @@ def test_resnet_num_classes_and_zero_init_residual():
 
 @pytest.mark.slow
 def test_registry_names_and_example_shapes():
-    assert models.names() == ["lenet", "mlp", "lstm_cell", "transformer_block", "resnet18", "resnet50"]
+    assert models.names() == ["lenet", "digits_net", "mlp", "lstm_cell", "transformer_block", "resnet18",
+                             "resnet50"]
     for name in ("lenet", "mlp", "lstm_cell", "transformer_block", "resnet18"):
         model, shapes = models.get(name)
         assert not model.training

@@ -32,11 +32,14 @@ from fxkit.graph import Interpreter
 from fxkit.transforms import pass_name
 from tests.tracer.paths import assert_same
 
-# name -> small example input shapes, one per forward argument.
-ZOO_SHAPES = {
-    "lenet": [(2, 1, 28, 28)],
-    "mlp": [(2, 784)],
-    "lstm_cell": [(2, 128), (2, 256), (2, 256)],
+@functools.lru_cache(maxsize=None)
+def _built(name):
+    fxkit.manual_seed(0)
+    return fxkit.models.get(name)
+
+
+# Small example inputs where the zoo's own would be slow; other models run at batch 2.
+_SMALL = {
     "transformer_block": [(2, 16, 128)],
     "resnet18": [(2, 3, 64, 64)],
     "resnet50": [(1, 3, 64, 64)],
@@ -44,19 +47,21 @@ ZOO_SHAPES = {
 SLOW_MODELS = {"resnet18", "resnet50", "transformer_block"}
 
 
+def _small_shapes(name):
+    if name in _SMALL:
+        return _SMALL[name]
+    _, shapes = _built(name)
+    return [(2, *s[1:]) for s in shapes]
+
+
+ZOO_SHAPES = {name: _small_shapes(name) for name in fxkit.models.names()}
+"""Every zoo model's name -> small example input shapes, one per forward argument."""
+
+
 def zoo_params():
     """Every zoo model name as a pytest param, the big ones marked ``slow``."""
-    missing = set(fxkit.models.names()) - set(ZOO_SHAPES)
-    assert not missing, f"tests/transforms/model_paths.py: add small input shapes for {sorted(missing)}"
     return [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_MODELS else [], id=n)
             for n in fxkit.models.names()]
-
-
-@functools.lru_cache(maxsize=None)
-def _built(name):
-    fxkit.manual_seed(0)
-    model, _ = fxkit.models.get(name)
-    return model
 
 
 def zoo_model(name, seed=0):
@@ -67,7 +72,7 @@ def zoo_model(name, seed=0):
     """
     rng = np.random.default_rng(seed)
     inputs = tuple(fxkit.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ZOO_SHAPES[name])
-    return _built(name), inputs
+    return _built(name)[0], inputs
 
 
 def assert_close(actual, expected, rtol, atol, path=""):

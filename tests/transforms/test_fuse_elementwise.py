@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 import fxkit
 from fxkit import ops
 from fxkit.errors import GraphError, ShapeError
-from fxkit.graph import Interpreter, Transformer
+from fxkit.graph import Graph, GraphModule, Interpreter, Transformer
 from fxkit.runtime.meta import TensorMeta
 from fxkit.transforms.fuse_elementwise import FuseElementwise, fuse_elementwise
 from fxkit.transforms.fused_op import FusedOp
@@ -122,6 +122,27 @@ def test_no_group_leaves_and_reenters_through_another_node(rng):
     gm = fuse_elementwise(fxkit.symbolic_trace(f), min_size=1)
     assert [body_ops(c.target) for c in fused_calls(gm)] == [["exp"], ["add", "relu"]]
     assert_same(gm(x), f(x))
+
+
+def test_groups_never_feed_each_other_in_a_cycle(rng):
+    # Merging add_2 into {add} would look safe node by node, but with {neg, add_1} fused
+    # the contracted graph has {add, add_2} -> sum -> {neg, add_1} -> {add, add_2}.
+    graph = Graph()
+    x = graph.placeholder("x")
+    neg = graph.call(ops.neg, (x,))
+    add = graph.call(ops.add, (x, x))
+    total = graph.call(ops.sum, (add,))
+    graph.call(ops.sum, (x,))
+    graph.call(ops.add, (total, neg))
+    graph.call(ops.add, (add, neg))
+    graph.output(graph.call(ops.add, (total, neg)))
+    gm = GraphModule({}, graph)
+    x = randn(rng, 3)
+    expected = gm(x)
+    gm = fuse_elementwise(gm, min_size=1)
+    groups = [[n.name for n in c.target.graph.nodes if n.op == "call"] for c in fused_calls(gm)]
+    assert sorted(groups) == [["add"], ["neg", "add_1", "add_2", "add_3"]]
+    assert_same(gm(x), expected)
 
 
 def test_member_used_outside_becomes_a_group_output(rng):

@@ -1,0 +1,297 @@
+"""Derivative rules, kept in the op registry, and `Node`, one recorded op call.
+
+Each op's rule sits beside its forward as ``op.grad_rule``: a `GradRule`, or
+`NonDifferentiable` for ops with no gradient (comparisons, argmax, integer
+results, factories). The ``rules_*.py`` modules fill the table when
+``fxkit.runtime`` is imported.
+
+A rule is ``backward(ctx, grad, *args, **kwargs)``, called with the forward
+call's own arguments, so it is written with the op's parameter names:
+
+    @defgrad("mul", saves=("a", "b"))
+    def _(ctx, g, a, b):
+        return g * b, g * a
+
+``grad`` is the gradient of the output (a tuple of them for ops with several
+outputs; zeros where no gradient arrived, None for integer outputs). Tensor
+arguments the rule ``saves`` arrive as the Tensors of the forward call; the
+others as `TensorMeta` (shape, dtype, device only), so a recorded call keeps
+alive only what its backward reads. ``ctx.out`` is the forward result when
+``out=True``, ``ctx.extra`` what a ``forward`` override kept (max_pool2d's
+indices, dropout's mask), and ``ctx.needs(x)`` tells whether argument ``x``
+wants a gradient. The rule returns one gradient per parameter of the op, in
+the impl's parameter order (a sequence for a list or ``*args`` parameter,
+None where there is none); a gradient may have the broadcast shape of the
+output: `conform` sums it to its input's shape and casts it to its dtype.
+Rules compute with registry ops, so a graph-level transform can run them on
+graph values too.
+"""
+import inspect
+
+from fxkit.errors import AutogradError, FxkitError
+from fxkit.runtime.autograd import grad_mode
+from fxkit.runtime.autograd.autograd_meta import AutogradMeta, meta_of
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.registry import get_op
+from fxkit.runtime.tensor import Tensor
+
+_GRAD = grad_mode.ENABLED
+
+
+class GradRule:
+    """The derivative of one op (``op.grad_rule``).
+
+    Attributes:
+        op: the op.
+        backward: ``backward(ctx, grad, *args, **kwargs)`` (see the module docstring).
+        saves: parameter names whose tensor values ``backward`` reads.
+        out: ``backward`` reads the forward result (``ctx.out``).
+        nondiff: tensor parameters with no gradient (batch_norm's running
+            statistics); a tensor there that requires grad is an error.
+        forward: optional ``forward(op, args, kwargs) -> (result, extra)`` run
+            instead of the op when recording, to keep what backward needs.
+        mutates: the op writes into its first argument (``setitem``).
+        inplace_kw: the op writes into its first argument when ``inplace=True``.
+    """
+
+    __slots__ = ("op", "backward", "saves", "out", "nondiff", "forward", "mutates", "inplace_kw", "params",
+                 "varargs_at")
+
+    def __init__(self, op, backward, saves=(), out=False, nondiff=(), forward=None, mutates=False,
+                 inplace_kw=False):
+        params = list(inspect.signature(op.impl).parameters.values())[1:]  # without xp
+        self.params = tuple(p.name for p in params)
+        self.varargs_at = next((i for i, p in enumerate(params) if p.kind is p.VAR_POSITIONAL), None)
+        unknown = sorted((set(saves) | set(nondiff)) - set(self.params))
+        if unknown:
+            raise FxkitError(f"grad rule of {op.name}: {unknown} are not parameters of {op.name} {self.params}")
+        self.op = op
+        self.backward = backward
+        self.saves = frozenset(saves)
+        self.out = out
+        self.nondiff = frozenset(nondiff)
+        self.forward = forward
+        self.mutates = mutates
+        self.inplace_kw = inplace_kw
+
+    def name_of(self, path):
+        """The parameter an argument at ``path`` (see `iter_tensors`) binds to."""
+        head = path[0]
+        if type(head) is str:
+            return head
+        if self.varargs_at is not None and head >= self.varargs_at:
+            return self.params[self.varargs_at]
+        return self.params[head] if head < len(self.params) else None
+
+    def slot_of(self, path):
+        """Where the gradient of the argument at ``path`` sits in ``backward``'s result."""
+        head = path[0]
+        if type(head) is str:
+            return (self.params.index(head),) + path[1:]
+        if self.varargs_at is not None and head >= self.varargs_at:
+            return (self.varargs_at, head - self.varargs_at) + path[1:]
+        return path
+
+    def __repr__(self):
+        return f"<grad rule of {self.op.name}>"
+
+
+class NonDifferentiable:
+    """The mark of an op with no gradient; ``reason`` ends the error asking for one."""
+
+    __slots__ = ("op", "reason")
+
+    def __init__(self, op, reason):
+        self.op = op
+        self.reason = reason
+
+    def __repr__(self):
+        return f"<{self.op.name}: not differentiable ({self.reason})>"
+
+
+def defgrad(name, *, saves=(), out=False, nondiff=(), forward=None, mutates=False, inplace_kw=False):
+    """Decorator: register ``backward`` as the derivative rule of the op called ``name``."""
+
+    def register(backward):
+        op = get_op(name)
+        op.grad_rule = GradRule(op, backward, saves, out, nondiff, forward, mutates, inplace_kw)
+        return backward
+
+    return register
+
+
+def nondifferentiable(reason, *names):
+    """Mark the ops called ``names`` as having no gradient, for ``reason``."""
+    for name in names:
+        op = get_op(name)
+        op.grad_rule = NonDifferentiable(op, reason)
+
+
+class Context:
+    """What a rule's backward sees besides the arguments: ``out``, ``extra``, ``needs(x)``."""
+
+    __slots__ = ("out", "extra", "_needs")
+
+    def __init__(self, out, extra, needs):
+        self.out = out
+        self.extra = extra
+        self._needs = needs
+
+    def needs(self, x):
+        """Whether the argument ``x`` (as the rule received it) wants a gradient."""
+        return id(x) in self._needs
+
+
+class Node:
+    """One recorded op call: the ``grad_fn`` of its outputs.
+
+    Attributes:
+        op, rule: the op and its `GradRule` (None when the op has no rule).
+        args, kwargs: the call's arguments, tensors replaced as the rule receives them.
+        inputs: ``(path, edge, stand_in)`` per input that requires grad; ``edge`` is
+            ``(node, output_nr)`` or the leaf's `AutogradMeta`.
+        saved: ``(version_counter, version, label)`` of every saved value.
+        outs: ``(shape, numpy dtype, device)`` per output, None for integer outputs.
+        single: the op returned one tensor (its rule gets one gradient, not a tuple).
+        out_data: the saved output arrays when the rule reads ``ctx.out``.
+        extra: what the rule's forward override kept.
+        freed: the saved values were released after a backward without retain_graph.
+        retained, hooks: per output, the metas keeping their gradient and gradient hooks.
+    """
+
+    __slots__ = ("op", "rule", "args", "kwargs", "inputs", "saved", "outs", "single", "out_data", "extra", "freed",
+                 "retained", "hooks", "__weakref__")
+
+    def __init__(self, op, rule):
+        self.op = op
+        self.rule = rule
+        self.out_data = None
+        self.extra = None
+        self.freed = False
+        self.retained = None
+        self.hooks = None
+
+    def name(self):
+        return f"{self.op.name}_backward"
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    @property
+    def next_functions(self):
+        """``(node, output_nr)`` per input that requires grad; ``(None, 0)`` for a leaf."""
+        return tuple(edge if type(edge) is tuple else (None, 0) for _, edge, _ in self.inputs)
+
+    def release(self):
+        """Drop the saved values (the default after backward, like PyTorch's ``retain_graph=False``)."""
+        if self.saved or self.out_data is not None or self.extra is not None:
+            self.freed = True
+            self.args = self.kwargs = self.out_data = self.extra = None
+
+
+def iter_tensors(args, kwargs):
+    """``(path, tensor)`` for every tensor argument Op dispatch unwraps: ``(i,)`` for
+    positional ``i``, ``(i, j)`` for item ``j`` of a list there, ``(name,)`` for a keyword."""
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            yield (i,), a
+        elif type(a) in (list, tuple) and a and isinstance(a[0], Tensor):
+            for j, t in enumerate(a):
+                if isinstance(t, Tensor):
+                    yield (i, j), t
+    for k, v in kwargs.items():
+        if isinstance(v, Tensor):
+            yield (k,), v
+
+
+def substitute(args, kwargs, visit):
+    """``args``/``kwargs`` with each tensor argument ``t`` at ``path`` replaced by ``visit(path, t)``."""
+    new_args = []
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            a = visit((i,), a)
+        elif type(a) in (list, tuple) and a and isinstance(a[0], Tensor):
+            a = [visit((i, j), t) if isinstance(t, Tensor) else t for j, t in enumerate(a)]
+        new_args.append(a)
+    new_kwargs = {k: visit((k,), v) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
+    return new_args, new_kwargs
+
+
+def forward_untracked(op, args, kwargs):
+    """Run ``op`` without recording (its internals never record either)."""
+    previous = _GRAD[0]
+    _GRAD[0] = False
+    try:
+        return op.run(args, kwargs)
+    finally:
+        _GRAD[0] = previous
+
+
+def flat_outputs(out):
+    """The tensors an op returned, in order (one for a single tensor)."""
+    if isinstance(out, Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return []
+
+
+def shares_storage(a, b):
+    """Whether arrays ``a`` and ``b`` are views of one buffer (numpy and cupy keep ``base``
+    pointing at the owner, so views of views compare equal)."""
+    if a is b:
+        return True
+    base_a, base_b = a.base, b.base
+    return (base_a is not None and (base_a is b or base_a is base_b)) or (base_b is not None and base_b is a)
+
+
+def make_node(op, rule, args, kwargs, out, extra=None):
+    """Record the call ``op(*args, **kwargs) -> out`` and make its float outputs require grad."""
+    node = Node(op, rule)
+    saves = rule.saves if rule is not None else ()
+    nondiff = rule.nondiff if rule is not None else ()
+    saved = []
+    inputs = []
+    metas_in = []
+
+    def visit(path, t):
+        meta = t._grad
+        name = rule.name_of(path) if rule is not None else None
+        if name in saves:
+            stand_in = t
+            kept = meta_of(t)
+            saved.append((kept.version, kept.version[0], name))
+        else:
+            stand_in = TensorMeta(t.shape, t.dtype, t.device)
+        if meta is not None:
+            metas_in.append((t, meta))
+            if meta.requires_grad:
+                if name in nondiff:
+                    raise AutogradError(f"{op.name}: {name} requires grad, but {op.name} is not differentiable "
+                                        f"with respect to {name}; pass {name}.detach()")
+                edge = meta if meta.grad_fn is None else (meta.grad_fn, meta.output_nr)
+                inputs.append((path, edge, stand_in))
+        return stand_in
+
+    node.args, node.kwargs = substitute(args, kwargs, visit)
+    node.inputs = inputs
+    outputs = flat_outputs(out)
+    node.single = isinstance(out, Tensor)
+    outs = []
+    for i, o in enumerate(outputs):
+        if isinstance(o, Tensor) and o._data.dtype.kind == "f":
+            outs.append((o.shape, o._data.dtype, o.device))
+            meta = o._grad = AutogradMeta(True, node, i)
+            for t, m in metas_in:
+                if shares_storage(o._data, t._data):
+                    meta.version, meta.is_view = m.version, True
+                    break
+        else:
+            outs.append(None)
+    node.outs = outs
+    if rule is not None and rule.out:
+        node.out_data = tuple(o._data if isinstance(o, Tensor) else None for o in outputs)
+        saved.extend((o._grad.version, o._grad.version[0], "result") for o, s in zip(outputs, outs) if s)
+    node.saved = saved
+    node.extra = extra
+    return node
