@@ -7,6 +7,8 @@ from fxkit.ops import *  # noqa: F401,F403  (fxkit.<op name>)
 import fxkit.nn as nn  # noqa: E402  (fxkit.nn, like torch.nn)
 import fxkit.optim as optim  # noqa: E402  (fxkit.optim, like torch.optim)
 import fxkit.utils as utils  # noqa: E402  (fxkit.utils.data, like torch.utils.data)
+from fxkit import autograd  # noqa: E402  (fxkit.autograd, like torch.autograd)
+from fxkit.runtime.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from fxkit.runtime.device import Device, cuda
 from fxkit.runtime.device import Device as device
 from fxkit.runtime.dtypes import (DType, bfloat16, bool_, float16, float32, float64, int8, int16, int32,

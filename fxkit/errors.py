@@ -65,3 +65,8 @@ class StateDictError(FxkitError, RuntimeError):
 class AutogradError(FxkitError, RuntimeError):
     """A gradient that cannot be computed: through a non-differentiable op, a freed graph,
     or a value an in-place operation overwrote after it was saved for backward."""
+
+
+class PipelineError(FxkitError, RuntimeError):
+    """A pipeline that cannot go on: a stage failed, or a peer process died, hung, or runs a
+    different pipeline (wrong number of ranks)."""

@@ -12,7 +12,8 @@ import copy
 import itertools
 import numbers
 
-from fxkit.errors import DTypeError, ShapeError, StateDictError
+from fxkit.errors import DTypeError, StateDictError
+from fxkit.runtime.autograd.autograd_meta import bump_version
 from fxkit.runtime.tensor import Tensor
 
 _SET_ORDER = ("optimizer parameters need to be organized in ordered collections, but the ordering of tensors in "
@@ -142,6 +143,9 @@ class Optimizer:
                 grad = p.grad
                 if grad is not None:
                     self._update(p, checked_grad(p, grad), self.state.setdefault(p, {}), group)
+                    # As in PyTorch, the in-place update counts as a write: a backward through a graph
+                    # that saved the old value refuses to run instead of using the new one.
+                    bump_version(p)
         return loss
 
     # -- checkpoints --------------------------------------------------------
@@ -203,10 +207,8 @@ def check_nonnegative(group, key, what):
 
 
 def checked_grad(p, grad):
-    """``p.grad``'s array, refusing a gradient whose shape, dtype or device differs from its parameter's."""
-    if grad.shape != p.shape:
-        raise ShapeError(f"optimizer: a gradient of shape {tuple(grad.shape)} was set on a parameter of shape "
-                         f"{tuple(p.shape)}; p.grad must have the parameter's shape")
+    """``p.grad``'s array, refusing a gradient whose dtype or device differs from its parameter's
+    (the ``grad`` setter already refuses another shape)."""
     if grad.dtype is not p.dtype or grad.device is not p.device:
         raise DTypeError(f"optimizer: a {grad.dtype.name} gradient on {grad.device} was set on a "
                          f"{p.dtype.name} parameter on {p.device}; convert it with .to(p.dtype) / .to(p.device)")

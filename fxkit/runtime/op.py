@@ -17,6 +17,8 @@ import numpy as np
 from fxkit.errors import DeviceError, DTypeError, FxkitError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime import tracing_hook
+from fxkit.runtime.autograd import grad_mode as _grad_mode
+from fxkit.runtime.autograd.dispatch import record as _record
 from fxkit.runtime.device import Device, cpu
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.registry import add_op
@@ -35,6 +37,7 @@ PROMOTIONS = (None, "common", "float", "compare", "bool", "keep", "integer")
 
 _ACTIVE = tracing_hook.ACTIVE
 _find_proxy = tracing_hook.find_proxy
+_GRAD = _grad_mode.ENABLED
 _SCALARS = (int, float, bool)
 _FLOAT_CATEGORY = 2
 
@@ -111,6 +114,7 @@ class Op:
         first = None
         uniform = True
         scalars = False
+        tracked = False
         raw = []
         for a in args:
             if isinstance(a, Tensor):
@@ -118,6 +122,8 @@ class Op:
                     if device is not None:
                         raise self._device_error(device, a.device)
                     device = a.device
+                if a._grad is not None:
+                    tracked = True
                 d = a._data
                 if first is None:
                     first = d.dtype
@@ -131,6 +137,8 @@ class Op:
                 return self.run(args, kwargs)
         if device is None:
             return self.run(args, kwargs)
+        if tracked and _GRAD[0]:
+            return _record(self, args, kwargs)
         mode = self.promote
         if mode is not None and (not uniform or (scalars and first.kind != "f")
                                  or (mode == "float" and first.kind != "f") or mode == "integer"):
@@ -146,8 +154,12 @@ class Op:
         return _wrap(out, device)
 
     def run(self, args, kwargs):
-        """Run eagerly: unwrap Tensors, promote, call ``impl``, wrap the result."""
+        """Run eagerly: unwrap Tensors, promote, call ``impl``, wrap the result.
+
+        A call with a tensor that takes part in autograd (``_grad`` set) goes to the
+        autograd recorder, which runs it here again with recording off."""
         device = None
+        tracked = False
         raw = []
         for a in args:
             if isinstance(a, Tensor):
@@ -156,6 +168,8 @@ class Op:
                     device = d
                 elif d is not device:
                     raise self._device_error(device, d)
+                if a._grad is not None:
+                    tracked = True
                 raw.append(a._data)
             elif type(a) in (list, tuple) and a and isinstance(a[0], Tensor):
                 unwrapped = []
@@ -169,10 +183,13 @@ class Op:
                         device = t.device
                     elif t.device is not device:
                         raise self._device_error(device, t.device)
+                    if t._grad is not None:
+                        tracked = True
                     unwrapped.append(t._data)
                 raw.append(unwrapped)
             else:
                 raw.append(a)
+        original_kwargs = kwargs
         if kwargs:
             kwargs = dict(kwargs)
             for k, v in kwargs.items():
@@ -181,6 +198,8 @@ class Op:
                         device = v.device
                     elif v.device is not device:
                         raise self._device_error(device, v.device)
+                    if v._grad is not None:
+                        tracked = True
                     kwargs[k] = v._data
             if "dtype" in kwargs:
                 kwargs["dtype"] = _dt.as_dtype(kwargs["dtype"])
@@ -188,6 +207,8 @@ class Op:
                 spec = kwargs.pop("device", None)
                 if spec is not None:
                     device = Device(spec)
+        if tracked and _GRAD[0]:
+            return _record(self, args, original_kwargs)
         if device is None:
             if not self.factory:
                 return self._run_on_scalars(raw, kwargs)

@@ -68,9 +68,107 @@ class Tensor:
         """The same tensor without autograd history (PyTorch's ``.data``)."""
         return Tensor._make(self._data, self.device)
 
+    @data.setter
+    def data(self, value):
+        self._data = value._data
+        self.device = value.device
+
+    # -- autograd: state lives in ``_grad`` (None, or fxkit.runtime.autograd's AutogradMeta) ----
     @property
     def requires_grad(self):
-        return False
+        """Whether gradients flow to this tensor (set it on leaves: ``x.requires_grad = True``)."""
+        meta = self._grad
+        return meta is not None and meta.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, requires_grad):
+        from fxkit.runtime.autograd import tensor_api
+
+        tensor_api.set_requires_grad(self, requires_grad)
+
+    def requires_grad_(self, requires_grad=True):
+        """Set ``requires_grad`` in place and return the tensor."""
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad(self):
+        """The gradient accumulated by ``backward()`` (leaves, and tensors that called ``retain_grad()``)."""
+        meta = self._grad
+        return None if meta is None else meta.grad
+
+    @grad.setter
+    def grad(self, value):
+        from fxkit.runtime.autograd import tensor_api
+
+        tensor_api.set_grad(self, value)
+
+    @property
+    def grad_fn(self):
+        """The recorded op call that produced this tensor; None for leaves."""
+        meta = self._grad
+        return None if meta is None else meta.grad_fn
+
+    @property
+    def is_leaf(self):
+        """True unless this tensor is the result of a recorded op (it has a ``grad_fn``)."""
+        meta = self._grad
+        return meta is None or meta.grad_fn is None
+
+    @property
+    def retains_grad(self):
+        meta = self._grad
+        return meta is not None and meta.retains_grad
+
+    @property
+    def _version(self):
+        """How many in-place writes autograd has counted on this tensor's storage."""
+        meta = self._grad
+        return 0 if meta is None else meta.version[0]
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate this tensor's gradient into the leaves it was computed from.
+
+        Args:
+            gradient: d(something)/d(self), of this tensor's shape; may be omitted
+                for one-element tensors (it is then 1).
+            retain_graph: keep the saved values for another backward.
+            create_graph: higher-order gradients (not supported).
+            inputs: only these tensors accumulate gradients.
+
+        Example:
+            >>> w = fxkit.randn(3, requires_grad=True)
+            >>> (w * w).sum().backward()
+            >>> w.grad   # 2 * w
+        """
+        from fxkit.runtime.autograd import engine
+
+        engine.backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def detach(self):
+        """A tensor sharing this one's data, outside the graph (it does not require grad)."""
+        from fxkit.runtime.autograd import tensor_api
+
+        return tensor_api.detach(self)
+
+    def detach_(self):
+        """Make this tensor a leaf that does not require grad, in place."""
+        from fxkit.runtime.autograd import tensor_api
+
+        return tensor_api.detach_(self)
+
+    def retain_grad(self):
+        """Keep this non-leaf tensor's gradient in ``.grad`` after ``backward()``."""
+        from fxkit.runtime.autograd import tensor_api
+
+        tensor_api.retain_grad(self)
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` with this tensor's gradient during backward; a returned
+        tensor replaces the gradient. Returns a handle whose ``remove()`` unregisters it."""
+        from fxkit.runtime.autograd import tensor_api
+
+        return tensor_api.register_hook(self, hook)
 
     def is_floating_point(self):
         return self.dtype.is_floating_point
@@ -163,7 +261,10 @@ class Tensor:
         return (_rebuild, (self._host(), str(self.device)))
 
     def __deepcopy__(self, memo):
-        return type(self)._make(self._data.copy(), self.device)
+        copy = type(self)._make(self._data.copy(), self.device)
+        if self.requires_grad and self.is_leaf:
+            copy.requires_grad = True
+        return copy
 
 
 def _rebuild(array, device):

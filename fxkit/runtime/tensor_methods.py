@@ -66,8 +66,18 @@ def assign_inplace(target, result, name):
     return target
 
 
+def _tracked(self, args, kwargs):
+    """Whether an in-place call involves a tensor that takes part in autograd."""
+    return self._grad is not None or any(isinstance(a, Tensor) and a._grad is not None
+                                         for a in (*args, *kwargs.values()))
+
+
 def _inplace_operator(op):
     def method(self, other):
+        if self._grad is not None or isinstance(other, Tensor) and other._grad is not None:
+            from fxkit.runtime.autograd.inplace import apply_inplace
+
+            return apply_inplace(op, self, (other,), {}, op.name)
         return assign_inplace(self, op(self, other), op.name)
     method.__name__ = op.name
     return method
@@ -75,6 +85,10 @@ def _inplace_operator(op):
 
 def _inplace_method(op):
     def method(self, *args, **kwargs):
+        if _tracked(self, args, kwargs):
+            from fxkit.runtime.autograd.inplace import apply_inplace
+
+            return apply_inplace(op, self, args, kwargs, op.name + "_")
         return assign_inplace(self, op(self, *args, **kwargs), op.name + "_")
     method.__name__ = op.name + "_"
     method.__doc__ = f"In-place ``{op.name}``: writes the result into this tensor and returns it."

@@ -14,12 +14,15 @@ from fxkit.transforms.cse import EliminateCommonSubexpressions, eliminate_common
 from fxkit.transforms.dead_code import EliminateDeadCode, eliminate_dead_code
 from fxkit.transforms.fold_constants import FoldConstants, fold_constants
 from fxkit.transforms.fold_conv_bn import FoldConvBN, fold_conv_bn
+from fxkit.transforms.fuse_elementwise import FuseElementwise, fuse_elementwise
+from fxkit.transforms.fused_op import FusedOp
 from fxkit.transforms.remove_dropout import RemoveDropout, remove_dropout
 from fxkit.transforms.replace_pattern import replace_pattern
 from fxkit.transforms.subgraph_matcher import Match, SubgraphMatcher
 
 __all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
            "ShapeProp", "Sym", "infer_shapes", "Cost", "estimate_cost",
-           "EliminateCommonSubexpressions", "EliminateDeadCode", "FoldConstants", "FoldConvBN", "Match",
+           "EliminateCommonSubexpressions", "EliminateDeadCode", "FoldConstants", "FoldConvBN", "FuseElementwise",
+           "FusedOp", "Match",
            "RemoveDropout", "SubgraphMatcher", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "fold_constants", "fold_conv_bn", "remove_dropout", "replace_pattern"]
+           "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern"]

@@ -20,7 +20,7 @@ written the outputs'; views move nothing. MACs are FLOPs / 2; ResNet-50 at
 Example:
     >>> total = estimate_cost(gm, ("N", 3, 224, 224))
     >>> str(total.macs)
-    'N*4111514624'
+    'N*4108815616'
     >>> summary(gm, (1, 3, 224, 224))     # rich table, one row per node, totals last
 """
 import dataclasses
@@ -35,7 +35,7 @@ from fxkit.runtime.nn.module import Module
 from fxkit.runtime.nn.parameter import Parameter
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
-from fxkit.transforms.infer_shapes import ShapeInference, spec_meta
+from fxkit.transforms.infer_shapes import ShapeInference, spec_meta, trace_body
 from fxkit.transforms.symbolic import Sym
 
 
@@ -111,6 +111,11 @@ def _conv(out, input, weight, *args, **kwargs):
     return 2 * numel(out) * math.prod(weight.shape[1:])
 
 
+def _conv_weight_grad(out, input, weight_size, grad_output, *args, **kwargs):
+    # the forward convolution's multiply-adds, with the output gradient in the output's place
+    return 2 * numel(grad_output) * math.prod(weight_size[1:])
+
+
 def _conv_transpose(out, input, weight, *args, **kwargs):
     return 2 * numel(input) * math.prod(weight.shape[1:])
 
@@ -126,6 +131,11 @@ def _input_elements(out, input, *args, **kwargs):
 
 def _per_element(count):
     return lambda out, *args, **kwargs: count * numel(_first(out))
+
+
+def _batch_norm(out, input, running_mean, running_var, weight=None, bias=None, training=False, *args, **kwargs):
+    # eval mode: one scale and one shift per element; training also computes the batch mean and variance.
+    return (6 if training else 2) * numel(input)
 
 
 def _einsum(out, equation, *operands):
@@ -146,10 +156,10 @@ FLOP_RULES = {
     get_op("linear"): _contracting(0), get_op("addmm"): _contracting(1), get_op("baddbmm"): _contracting(1),
     get_op("einsum"): _einsum,
     get_op("conv2d"): _conv, get_op("conv1d"): _conv, get_op("conv_transpose2d"): _conv_transpose,
+    get_op("conv2d_weight_grad"): _conv_weight_grad,
     get_op("max_pool2d"): _window, get_op("avg_pool2d"): _window,
     get_op("adaptive_avg_pool2d"): _input_elements,
-    # eval mode: one scale and one shift per element (training adds the statistics: mean, variance).
-    get_op("batch_norm"): lambda out, input, *a, training=False, **k: (6 if training else 2) * numel(input),
+    get_op("batch_norm"): _batch_norm,
     # mean, variance, normalise, scale, shift.
     get_op("layer_norm"): _per_element(5), get_op("group_norm"): _per_element(5),
     get_op("interpolate"): _per_element(1),
@@ -219,10 +229,13 @@ class CostModel(ShapeInference):
             out = node.meta.get("tensor_meta")
             if node.op == "get_attr":
                 total = total + self._param_cost(prefix + node.target, out, tensors.get(node.target))
-            elif node.op == "call" and isinstance(node.target, Op):
+            elif node.op == "call" and node.target is not getattr:
                 args = map_arg(node.args, lambda m: m.meta["tensor_meta"])
                 kwargs = map_arg(node.kwargs, lambda m: m.meta["tensor_meta"])
-                total = total + op_cost(node.target, args, kwargs, out)
+                if isinstance(node.target, Op):
+                    total = total + op_cost(node.target, args, kwargs, out)
+                else:  # a wrapped function called inside the body: its own traced body
+                    total = total + self._body_cost(trace_body(node.target, args, kwargs).graph, None, "")
         return total
 
     def _param_cost(self, qualname, meta, value):

@@ -67,28 +67,15 @@ def expression_key(node):
     """A hashable key equal for nodes computing the same expression, or None when
     an argument cannot be compared (an unhashable constant)."""
     target = node.target
-    if isinstance(target, Op):
-        arguments = _bound_arguments(target, node.args, node.kwargs)
-    else:
-        arguments = (node.args, tuple(sorted(node.kwargs.items())) if _sortable(node.kwargs) else node.kwargs)
+    bound = bound_arguments(target, node.args, node.kwargs) if isinstance(target, Op) else None
+    # Not an op, or a call that will fail at run time anyway: compare as written.
+    arguments = tuple(bound.items()) if bound is not None else (node.args, node.kwargs)
     try:
-        key = (node.op, target if not isinstance(target, str) else ("path", target), _canonical(arguments))
+        key = (node.op, ("path", target) if type(target) is str else target, _canonical(arguments))
         hash(key)
     except TypeError:
         return None
     return key
-
-
-def _bound_arguments(op, args, kwargs):
-    """``(name, value)`` pairs of every parameter of ``op``'s implementation, defaults included."""
-    arguments = bound_arguments(op, args, kwargs)
-    if arguments is None:  # the call will fail at run time anyway: compare as written
-        return (args, tuple(sorted(kwargs.items())) if _sortable(kwargs) else kwargs)
-    return tuple(arguments.items())
-
-
-def _sortable(kwargs):
-    return all(type(k) is str for k in kwargs)
 
 
 def _canonical(value):

@@ -20,6 +20,7 @@ answered here once from the op registry (``Op.pure``, ``Op.kind``):
   very array of) their input. Only elementwise, reduction, matmul and conv
   ops are known to return fresh arrays.
 """
+import copy
 import inspect
 import weakref
 
@@ -155,7 +156,8 @@ class _ThroughEveryLayer(Tracer):
 
 def _traced_effects(module):
     try:
-        graph = _ThroughEveryLayer().trace(module)
+        # NOTE: a shallow copy takes the tensor constants the tracer attaches to its root.
+        graph = _ThroughEveryLayer().trace(copy.copy(module))
     except Exception:  # noqa: BLE001  (whatever stops the trace, the module's effects are unknown)
         return False, True
     pure, writes = True, False

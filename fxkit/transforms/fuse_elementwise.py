@@ -16,14 +16,15 @@ The talk's ``for i in range(10): x = x * x`` becomes one group::
 
 A group is a maximal connected set of ``call`` nodes of pure registry ops of
 kind ``elementwise`` computing tensors (not shape arithmetic like
-``x.size(0) * 2``). Groups grow greedily in graph order, and a merge is refused
-when a path would leave the group through another node and come back (the
-fused call could then be placed nowhere). Members whose values are used
-outside become the group's outputs: with several, the fused call returns a
-tuple and ``getitem`` nodes named after the old members pick the results. A
-single-output group's call takes its output's name and ``meta``. Calls of
-impure nodes (random ops, ``setitem``) are barriers: no group spans one and
-no node moves across one.
+``x.size(0) * 2``). Groups grow greedily in graph order; a merge is refused
+when a path would lead from one part of the group to another through some
+other node or group (the fused call could then be placed nowhere). Members
+whose values are used outside become the group's outputs: with several, the
+fused call returns a tuple and ``getitem`` nodes named after the old members
+pick the results. A single-output group's call takes its output's name and
+``meta``. Calls that are not pure (`effects.is_pure`: random ops,
+``setitem``, dropout modules in training) are barriers: no group spans one,
+and they keep their order relative to every other node.
 """
 import bisect
 import copy
@@ -35,12 +36,13 @@ from fxkit.runtime.dtypes import DType
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
+from fxkit.transforms.effects import is_pure
 from fxkit.transforms.fused_op import FusedOp
 from fxkit.transforms.pass_base import Pass
 
 _GETITEM = get_op("getitem")
 # What a node's meta says about its value (as opposed to where it came from).
-_VALUE_META = ("shape", "dtype", "device")
+_VALUE_META = ("shape", "dtype", "device", "tensor_meta")
 
 
 class FuseElementwise(Pass):
@@ -67,9 +69,10 @@ class FuseElementwise(Pass):
         except GraphError as exc:
             raise GraphError(f"{self.name}: the input graph is malformed:\n{exc}") from exc
         nodes = list(graph.nodes)
-        groups = [g for g in _find_groups(gm, nodes) if len(g) >= self.min_size]
+        impure = {n for n in nodes if n.op == "call" and not is_pure(gm, n)}
+        groups = [g for g in _find_groups(gm, nodes, impure) if len(g) >= self.min_size]
         if groups:
-            gm.graph = _rebuild(nodes, groups, _first_free_index(nodes))
+            gm.graph = _rebuild(nodes, groups, impure, _first_free_index(nodes))
         return gm
 
 
@@ -83,14 +86,14 @@ def fuse_elementwise(gm, min_size=2):
 
 
 # -- finding groups --------------------------------------------------------------------------
-def _find_groups(gm, nodes):
+def _find_groups(gm, nodes, impure):
     """The groups (lists of nodes in graph order) of fusible nodes, merged greedily in graph order."""
     units = _Units(nodes)
     tensors = {}
     barriers = 0  # impure calls so far: groups never span one
     segment = {}
     for i, node in enumerate(nodes):
-        if node.op == "call" and node.is_impure():
+        if node in impure:
             barriers += 1
         if not _fusible(gm, node, tensors):
             continue
@@ -220,7 +223,7 @@ def _first_free_index(nodes):
 
 
 # -- rewriting ----------------------------------------------------------------------------------
-def _rebuild(nodes, groups, first_index):
+def _rebuild(nodes, groups, impure, first_index):
     """A new graph with each group as one fused call, in an order respecting every use.
 
     The units (whole groups, and the nodes outside groups) are scheduled by
@@ -234,7 +237,7 @@ def _rebuild(nodes, groups, first_index):
     unit_of = {node: k for k, unit in enumerate(units) for node in unit}
     position = {node: i for i, node in enumerate(nodes)}
     first = [position[unit[0]] for unit in units]
-    barriers = [unit_of[n] for n in nodes if n.op == "call" and n.is_impure()]
+    barriers = [unit_of[n] for n in nodes if n in impure]
     barrier_positions = [first[b] for b in barriers]
     needs = [{unit_of[used] for node in unit for used in node.all_input_nodes} - {k}
              for k, unit in enumerate(units)]

@@ -27,6 +27,7 @@ from fxkit.codegen.python import generate_forward
 from fxkit.errors import GraphError
 from fxkit.graph import Interpreter, map_arg
 from fxkit.runtime import tracing_hook
+from fxkit.transforms.shape_prop import record_meta
 
 
 class FusedOp:
@@ -88,6 +89,9 @@ class FusedOp:
         """The body's result metadata from its ops' shape rules (`TensorMeta` in, out).
 
         Lets shape inference and backends treat a fused op like a registry op.
+        Like `infer_shapes` on a graph, it records each body node's meta
+        (``tensor_meta``, ``shape``, ``dtype``, ``device``), so the nested body
+        prints with shapes and the cost model can count its ops.
         """
         env = {}
         inputs = iter(args)
@@ -102,6 +106,7 @@ class FusedOp:
             else:
                 raise GraphError(f"{self.name}: the body of a fused op holds only placeholders, calls and "
                                  f"an output, found {node.format_node()}")
+            record_meta(node, env[node])
         raise GraphError(f"{self.name}: the body has no output node")
 
     # -- plain data: copies and pickles carry the name and the body only -----------------

@@ -15,21 +15,27 @@ becomes a `Sym` that flows through the rules' arithmetic and prints as
 ``N``, ``2*N`` or ``(N + 1)//2``. The results follow `ShapeProp`'s meta
 convention (``meta["shape"]``, ``["dtype"]``, ``["device"]``, ``["tensor_meta"]``).
 
-A leaf layer whose training-mode forward updates module state (BatchNorm's
-running statistics) is traced in eval mode; its shapes are the same.
+A leaf layer's forward may update its buffers (BatchNorm in training mode
+counts batches): the update is recorded in the body, never performed.
+
+Before and after ``infer_shapes(gm, ("N", 784))`` on an MLP::
+
+    graph(x):                               graph(x):
+        %x   = placeholder[x]                   %x   : f32[N, 784] = placeholder[x]
+        %fc1 = call[self.fc1](%x)               %fc1 : f32[N, 128] = call[self.fc1](%x)
+        return %fc1                             return %fc1
 
 Example:
     >>> gm = infer_shapes(fxkit.symbolic_trace(resnet50()), ("N", 3, 224, 224))
     >>> gm.graph.output_node().meta["tensor_meta"]
     TensorMeta(float32[N, 1000], cpu)
 """
-import contextlib
 import inspect
 import operator
 from collections import OrderedDict
 from typing import NamedTuple
 
-from fxkit.errors import FxkitError, ShapeError, TraceError
+from fxkit.errors import FxkitError, ShapeError
 from fxkit.graph import Interpreter, map_arg
 from fxkit.runtime.device import Device, cpu
 from fxkit.runtime.dtypes import DType, float32
@@ -39,7 +45,7 @@ from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 from fxkit.runtime.tensor_methods import OPERATORS, UNARY_OPERATORS
-from fxkit.tracer import Tracer
+from fxkit.tracer import Proxy, Tracer
 from fxkit.tracer.wrap import IMPURE_FLAG
 from fxkit.transforms.shape_prop import has_tensor, meta_of, record_meta
 from fxkit.transforms.symbolic import Sym, dim_of
@@ -124,14 +130,25 @@ class ShapeInference(Interpreter):
             return apply_rule(target, args, kwargs)
         if target is getattr:
             return getattr(*args)
+        rule = getattr(target, "shape_rule", None)
+        if rule is not None:  # a FusedOp: its body's ops' rules, recorded on the body's nodes
+            meta = rule(*args, **kwargs)
+            self.bodies[self._node] = Body(target.graph, meta)
+            return meta
         body = trace_body(self.fetch_attr(target) if type(target) is str else target, args, kwargs)
         self.bodies[self._node] = body
         return body.output
 
 
+def has_rule(target):
+    """Whether a call target computes its result meta itself: an `Op`, or any target with a
+    ``shape_rule`` method (a `FusedOp` of `fuse_elementwise`)."""
+    return isinstance(target, Op) or callable(getattr(target, "shape_rule", None))
+
+
 def apply_rule(op, args, kwargs):
     """The meta of ``op(*args, **kwargs)`` over metas and Python values."""
-    if not has_tensor(args) and not has_tensor(kwargs) and not op.factory:
+    if not has_tensor(args) and not has_tensor(kwargs) and not getattr(op, "factory", False):
         python_form = _PYTHON_FORMS.get(op)
         if python_form is not None:
             return python_form(*args, **kwargs)
@@ -155,16 +172,7 @@ def trace_body(fn, args, kwargs):
         tensors = {k: v for k, v in bound.arguments.items() if has_tensor(v)}
         concrete = {k: v for k, v in bound.arguments.items() if k not in tensors}
         tracer = _MetaTracer(tensors)
-        try:
-            graph = tracer.trace(fn, concrete)
-        except TraceError:
-            if not (isinstance(fn, Module) and fn.training):
-                raise
-            # NOTE: training-mode forwards that update buffers (BatchNorm) cannot be
-            # traced; the eval-mode forward has the same shapes.
-            with _eval_mode(fn):
-                tracer = _MetaTracer(tensors)
-                graph = tracer.trace(fn, concrete)
+        graph = tracer.trace(fn, concrete)
         body = _BODIES[key] = Body(graph, tracer.output_meta)
         if len(_BODIES) > _CACHE_SIZE:
             _BODIES.popitem(last=False)
@@ -195,14 +203,14 @@ class _MetaTracer(Tracer):
             # NOTE: read through the name table: Module.__getattr__ is patched during the trace.
             value = self._tensors.get(node.target)
             record_meta(node, meta_of(value if value is not None else vars(self.root)[node.target]))
-        return super().proxy(node)
+        return _MetaProxy(node, self)
 
     def create_proxy(self, op, target, args, kwargs, name=None):
         proxy = super().create_proxy(op, target, args, kwargs, name)
         node = proxy.node
         metas = _node_metas(node.args), _node_metas(node.kwargs)
         try:
-            if isinstance(target, Op):
+            if has_rule(target):
                 meta = apply_rule(target, *metas)
             elif target is getattr:
                 meta = getattr(*metas[0])
@@ -222,6 +230,18 @@ class _MetaTracer(Tracer):
         return graph
 
 
+class _MetaProxy(Proxy):
+    """A proxy that also records in-place updates of module buffers (BatchNorm's batch
+    counter in training mode), which `Proxy` refuses: a body only describes shapes and
+    costs and is never run, so recording the update changes nothing."""
+
+    __slots__ = ()
+
+    def _rebind(self, op, args, kwargs, spelling):
+        self.node = op(self, *args, **kwargs).node
+        return self
+
+
 def _in_body(exc, root, node):
     """``exc`` with the body node that raised it, as the same error class where it allows."""
     owner = type(root).__name__ if isinstance(root, Module) and type(root) is not Module else "a wrapped function"
@@ -235,17 +255,6 @@ def _in_body(exc, root, node):
 def _node_metas(value):
     """``value`` (node args) with each node replaced by its recorded meta."""
     return map_arg(value, lambda n: n.meta["tensor_meta"])
-
-
-@contextlib.contextmanager
-def _eval_mode(module):
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for m, training in modes:
-            m.training = training
 
 
 def _callable_key(fn):

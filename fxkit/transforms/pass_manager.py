@@ -144,6 +144,8 @@ def _apply(p, gm, name):
         except TypeError:  # an error class with its own constructor
             wrapped = GraphError(message)
         raise wrapped from exc
+    except Exception as exc:  # a bug in the pass: name it, keep the original as the cause
+        raise GraphError(f"in pass {name!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def _lint(gm, who):

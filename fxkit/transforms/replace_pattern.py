@@ -53,6 +53,11 @@ def replace_pattern(gm, pattern, replacement):
     if len(returns) != len(matcher.returned):
         raise GraphError(f"replace_pattern: the pattern returns {len(matcher.returned)} values and the "
                          f"replacement {len(returns)}; return one value for each of the pattern's")
+    for pattern_input, replacement_input in zip(matcher.placeholders, inputs):
+        if replacement_input.users and pattern_input not in matcher.nodes:
+            raise GraphError(f"replace_pattern: the replacement reads its argument {replacement_input.name!r}, "
+                             f"but the pattern never uses its argument {pattern_input.name!r} in that place, "
+                             f"so no match says what it is; use it in the pattern or drop it from the replacement")
     graph = gm.graph
     replaced = {}
     targets = {}
@@ -83,9 +88,8 @@ def _apply(gm, match, matcher, replacement_gm, inputs, replaced, targets):
     insert_at = min(outside + [last], key=order.__getitem__)
     if any(isinstance(b, Node) and order[b] >= order[insert_at] for b in bound):
         return False  # a returned value is used before an input of the match is computed
-    env = {}
-    for placeholder, value in zip(inputs, bound):
-        env[placeholder] = value
+    env = {placeholder: value for placeholder, value, p in zip(inputs, bound, matcher.placeholders)
+           if p in match.nodes_map}
     stack = last.meta.get("stack")
     made = []
     with graph.inserting_before(insert_at):
@@ -100,8 +104,8 @@ def _apply(gm, match, matcher, replacement_gm, inputs, replaced, targets):
                 if node not in targets:
                     targets[node] = _install(gm, replacement_gm, node)
                 target = targets[node]
-            new = graph.create_node(node.op, target, map_arg(node.args, _lookup(env, node)),
-                                    map_arg(node.kwargs, _lookup(env, node)), name=node.name)
+            new = graph.create_node(node.op, target, map_arg(node.args, env.__getitem__),
+                                    map_arg(node.kwargs, env.__getitem__), name=node.name)
             if stack is not None:
                 new.meta["stack"] = stack
             env[node] = new
@@ -119,17 +123,6 @@ def _apply(gm, match, matcher, replacement_gm, inputs, replaced, targets):
         graph.erase_node(node)
     match.replacements = made
     return True
-
-
-def _lookup(env, node):
-    def value_of(used):
-        try:
-            return env[used]
-        except KeyError:
-            raise GraphError(f"replace_pattern: the replacement reads {used!r} (in {node.format_node()}), "
-                             f"which stands for a pattern argument the pattern never uses, so no match binds "
-                             f"it; use every argument in the pattern") from None
-    return value_of
 
 
 def _current(value, replaced):

@@ -53,6 +53,13 @@ class SubgraphMatcher:
         remove_overlapping: keep only matches sharing no matched node with an
             earlier match (graph order), so they can all be replaced.
 
+    Attributes:
+        pattern: the pattern `Graph`.
+        placeholders: its placeholders (the wildcards), in order.
+        returned: the values it returns, flattened, in order.
+        anchors: the distinct returned nodes, where matching starts.
+        nodes: the pattern nodes the returned values depend on (others are ignored).
+
     Example:
         >>> def pattern(x):
         ...     return x.relu().neg()
@@ -71,14 +78,14 @@ class SubgraphMatcher:
             raise GraphError(f"SubgraphMatcher: the pattern must return one or more computed nodes, got "
                              f"{output.format_node()}; a pattern returning an input or a constant matches nothing")
         self.anchors = list(dict.fromkeys(self.returned))
-        live = set()
+        self.nodes = set()
         stack = list(self.anchors)
         while stack:
             node = stack.pop()
-            if node not in live:
-                live.add(node)
+            if node not in self.nodes:
+                self.nodes.add(node)
                 stack.extend(node.all_input_nodes)
-        self._internal = [n for n in live if n.op != "placeholder" and n not in self.anchors]
+        self._internal = [n for n in self.nodes if n.op != "placeholder" and n not in self.anchors]
 
     def match(self, graph):
         """Every occurrence of the pattern in ``graph``, in graph order of the first anchor.
@@ -93,17 +100,17 @@ class SubgraphMatcher:
             if not _same_operation(first, node):
                 continue
             state = _attempt({}, {}, first, node)
-            found = next(self._complete(graph, 1, state), None) if state is not None else None
-            if found is None:
+            if state is None:
                 continue
-            nodes_map = found[0]
-            matched = set(found[1])
-            if self.remove_overlapping:
-                if matched & taken:
-                    continue
-                taken |= matched
-            matches.append(Match(anchor=node, anchors=[nodes_map[n] for n in self.returned], nodes_map=nodes_map,
-                                 placeholder_nodes=[nodes_map.get(p) for p in self.placeholders]))
+            for nodes_map, reverse in self._complete(graph, 1, state):
+                if self.remove_overlapping:
+                    if not taken.isdisjoint(reverse):
+                        continue
+                    taken.update(reverse)
+                matches.append(Match(anchor=node, anchors=[nodes_map[n] for n in self.returned],
+                                     nodes_map=nodes_map,
+                                     placeholder_nodes=[nodes_map.get(p) for p in self.placeholders]))
+                break
         return matches
 
     def _complete(self, graph, index, state):
@@ -170,13 +177,11 @@ def _match_value(p, g, nodes_map, reverse):
                 and all(_match_value(v, g.kwargs[k], nodes_map, reverse) for k, v in p.kwargs.items()))
     if isinstance(g, Node) or type(p) is not type(g):
         return False
-    if type(p) in (tuple, list):
-        return len(p) == len(g) and all(_match_value(a, b, nodes_map, reverse) for a, b in zip(p, g))
     if type(p) is dict:
         return p.keys() == g.keys() and all(_match_value(v, g[k], nodes_map, reverse) for k, v in p.items())
     if type(p) is slice:
-        return all(_match_value(getattr(p, a), getattr(g, a), nodes_map, reverse) for a in ("start", "stop", "step"))
-    if isinstance(p, tuple):  # namedtuples
+        p, g = (p.start, p.stop, p.step), (g.start, g.stop, g.step)
+    if isinstance(p, (tuple, list)):  # namedtuples too
         return len(p) == len(g) and all(_match_value(a, b, nodes_map, reverse) for a, b in zip(p, g))
     return _same_constant(p, g)
 

@@ -57,6 +57,8 @@ def test_every_matmul_and_conv_op_has_a_rule_and_every_kind_a_default():
     # 2 * N * OC * OH * OW * IC/groups * KH * KW
     (lambda x, w: fxkit.ops.conv2d(x, w, stride=2, padding=1), [(2, 8, 16, 16), (4, 8, 3, 3)],
      2 * 2 * 4 * 8 * 8 * 8 * 3 * 3),
+    (lambda x, g: fxkit.ops.conv2d_weight_grad(x, (4, 8, 3, 3), g, 2, 1), [(2, 8, 16, 16), (2, 4, 8, 8)],
+     2 * 2 * 4 * 8 * 8 * 8 * 3 * 3),  # as many multiply-adds as the forward convolution
     (lambda x, w: fxkit.ops.conv2d(x, w, groups=4), [(2, 8, 10, 10), (8, 2, 3, 3)], 2 * 2 * 8 * 8 * 8 * 2 * 3 * 3),
     (lambda x: fxkit.ops.max_pool2d(x, 2), [(2, 3, 8, 8)], 2 * 3 * 4 * 4 * 4),
     (lambda x: x.relu() + 1, [(6, 5)], 30 + 30),
@@ -133,6 +135,15 @@ def test_shared_module_parameters_count_once():
     assert total.params == 8 * 8 + 8
     assert total.flops == 2 * (2 * 4 * 8 * 8)
     assert sum(n.meta["cost"].params for n in gm.graph.nodes) == 2 * (8 * 8 + 8)  # per call
+
+
+def test_batchnorm_cost_follows_the_mode():
+    gm = fxkit.symbolic_trace(nn.Sequential(nn.BatchNorm2d(4)))
+    elements = 2 * 4 * 5 * 5
+    assert estimate_cost(gm.eval(), (2, 4, 5, 5)).flops == 2 * elements  # scale and shift
+    # training: batch mean and variance too, and the batch counter's increment (recorded, never run)
+    assert estimate_cost(gm.train(), (2, 4, 5, 5)).flops == 6 * elements + 1
+    assert int(gm.get_submodule("0").num_batches_tracked.numpy()) == 0
 
 
 def test_symbolic_batch_costs_are_expressions():

@@ -82,6 +82,16 @@ def test_folding_matches_float64(rng, bias, affine):
     assert relative_error(gm(x).numpy(), float64_reference(model, [x])) < 1e-5
 
 
+def test_folding_on_each_device(rng, device):
+    model = randomize_batchnorms(ConvBN(bias=False), rng).eval()
+    x = randn(rng, 2, 3, 8, 8)
+    reference = float64_reference(model, [x])
+    gm = fold_conv_bn(fxkit.symbolic_trace(copy.deepcopy(model).to(device)))
+    assert gm.conv.weight.device == fxkit.device(device)
+    out = gm(x.to(device)).cpu().numpy()
+    assert relative_error(out, reference) < 1e-5
+
+
 def test_the_conv_node_keeps_its_meta_and_takes_the_batchnorm_s():
     gm = fxkit.symbolic_trace(ConvBN().eval())
     conv, bn = gm.graph.find_nodes(op="call")[:2]

@@ -1,5 +1,7 @@
 """infer_shapes: the registry's rules, leaf bodies traced on metas, symbolic dims; agrees with ShapeProp."""
+import copy
 import importlib
+import pickle
 import time
 import tracemalloc
 
@@ -12,7 +14,7 @@ from fxkit import nn
 from fxkit.errors import ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.transforms import ShapeProp, Sym, infer_shapes
-from tests.transforms.model_paths import ZOO_SHAPES, zoo_model, zoo_params
+from tests.transforms.model_paths import ZOO_SHAPES, check_model_paths, zoo_model, zoo_params
 from tests.transforms.shape_models import MULTI_OUTPUT_GRAPH, MultiOutput
 
 N = Sym.symbol("N")
@@ -33,13 +35,18 @@ def test_same_text_as_shape_prop_without_running():
 @pytest.mark.parametrize("name", zoo_params())
 def test_agrees_with_shape_prop_on_every_zoo_model(name):
     model, inputs = zoo_model(name)
-    gm = fxkit.symbolic_trace(model)
-    ShapeProp(gm).propagate(*inputs)
-    ran = metas(gm)
-    printed = str(gm.graph)
-    infer_shapes(gm, *ZOO_SHAPES[name])
-    assert metas(gm) == ran
-    assert str(gm.graph) == printed
+
+    def shape_prop(gm):
+        ShapeProp(gm).propagate(*inputs)
+        return gm
+
+    def inferred(gm):
+        return infer_shapes(gm, *ZOO_SHAPES[name])
+
+    # both annotate only: every execution path still equals eager exactly
+    _, results = check_model_paths(model, inputs, passes=[shape_prop, inferred])
+    assert metas(results["inferred"]) == metas(results["shape_prop"])
+    assert str(results["inferred"].graph) == str(results["shape_prop"].graph)
 
 
 @pytest.mark.parametrize("name", zoo_params())
@@ -66,6 +73,17 @@ def test_symbolic_batch_on_every_zoo_model_substitutes_to_the_concrete_shapes(na
 
 def _first_meta(meta):
     return meta if isinstance(meta, TensorMeta) else next(m for m in meta if isinstance(m, TensorMeta))
+
+
+def test_symbolic_meta_survives_copy_pickle_and_save(tmp_path):
+    gm = fxkit.symbolic_trace(MultiOutput())
+    infer_shapes(gm, ("N", 4))
+    expected = str(gm.graph)
+    assert str(copy.deepcopy(gm).graph) == expected
+    assert str(pickle.loads(pickle.dumps(gm)).graph) == expected
+    fxkit.save(gm, tmp_path / "gm.zip")
+    x = fxkit.randn(3, 4)
+    assert fxkit.load(tmp_path / "gm.zip")(x)[0].shape == (3, 1)
 
 
 def test_spec_forms():

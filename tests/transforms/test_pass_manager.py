@@ -143,6 +143,15 @@ def test_error_raised_inside_a_pass_names_it():
         PassManager([refuses])(trace_small())
 
 
+def test_bug_inside_a_pass_names_it():
+    def buggy(gm):
+        return gm.no_such_attribute
+
+    with pytest.raises(GraphError, match=r"in pass 'buggy': AttributeError: .*no_such_attribute") as info:
+        PassManager([buggy])(trace_small())
+    assert isinstance(info.value.__cause__, AttributeError)
+
+
 def test_pass_that_breaks_running_names_the_pass(rng):
     def wrong_arity(gm):
         for node in gm.graph.find_nodes(op="call", target=fxkit.ops.neg):

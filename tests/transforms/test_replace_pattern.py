@@ -420,6 +420,37 @@ def test_replacement_constants_are_copied_into_the_module(rng):
     np.testing.assert_allclose(gm(x).numpy(), a * s + a * 2 * s, rtol=1e-6)
 
 
+def test_referenced_submodules_are_replaced(rng):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sigmoid = nn.Sigmoid()
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.sigmoid(x + 1))
+
+    class Pattern(M):
+        def forward(self, x):
+            return self.act(self.sigmoid(x))
+
+    class Replacement(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tanh = nn.Tanh()
+
+        def forward(self, x):
+            return self.tanh(x).relu()
+
+    gm = fxkit.symbolic_trace(M())
+    (match,) = replace_pattern(gm, Pattern(), Replacement())
+    gm.graph.lint()
+    assert sorted(dict(gm.named_children())) == ["tanh"]
+    assert isinstance(gm.tanh, nn.Tanh)
+    x = randn(rng, 3, 4)
+    np.testing.assert_allclose(gm(x).numpy(), np.maximum(np.tanh(x.numpy().astype(np.float64) + 1), 0), rtol=1e-6)
+
+
 def test_new_nodes_keep_the_users_source_line_and_meta():
     def f(x):
         y = ops.relu(x)  # the line new nodes point at
@@ -457,3 +488,5 @@ def test_mismatched_arguments_are_refused():
         replace_pattern(gm, lambda x: ops.relu(x), lambda x: (x, x))
     with pytest.raises(GraphError, match="must return one or more computed nodes"):
         SubgraphMatcher(lambda x: x)
+    with pytest.raises(GraphError, match="the pattern never uses its argument 'y'"):
+        replace_pattern(gm, lambda x, y: ops.relu(x), lambda x, y: x + y)

@@ -1,8 +1,8 @@
 """`record`: what Op dispatch runs when an argument takes part in autograd.
 
 ``Op.__call__`` hands a call here only when some tensor argument carries
-autograd state (``Tensor._grad is not None``) and grad mode is on (or the op
-writes into an argument), so calls on plain tensors never reach this module.
+autograd state (``Tensor._grad is not None``) and grad mode is on, so calls on
+plain tensors, and every call under ``no_grad``, never reach this module.
 """
 from fxkit.runtime.autograd import grad_mode
 from fxkit.runtime.autograd.autograd_meta import AutogradMeta, bump_version
@@ -26,16 +26,17 @@ def record(op, args, kwargs):
                 needs = True
             elif blocked is None:
                 blocked = meta.blocked_by
-    writes = type(rule) is GradRule and (rule.mutates or (rule.inplace_kw and kwargs.get("inplace") is True))
-    if writes:
+    if type(rule) is GradRule:
         if rule.mutates:
-            return run_mutating(op, args, kwargs, needs and _GRAD[0])
-        if needs and _GRAD[0]:
-            return apply_inplace(op, args[0], args[1:], {**kwargs, "inplace": False}, op.name)
-        out = forward_untracked(op, args, kwargs)
-        bump_version(args[0])
-        return out
-    if not needs or not _GRAD[0]:
+            return run_mutating(op, args, kwargs, needs)
+        inplace, plain_args, plain_kwargs = rule.split_inplace(args, kwargs)
+        if inplace:
+            if needs:
+                return apply_inplace(op, args[0], plain_args[1:], plain_kwargs, op.name)
+            out = forward_untracked(op, args, kwargs)
+            bump_version(args[0])
+            return out
+    if not needs:
         out = forward_untracked(op, args, kwargs)
         _mark_untracked(out, args, kwargs, blocked)
         return out
@@ -53,7 +54,25 @@ def record(op, args, kwargs):
             _GRAD[0] = previous
     else:
         out = forward_untracked(op, args, kwargs)
+    out = _fresh_outputs(out, args)
     make_node(op, rule, args, kwargs, out, extra)
+    return out
+
+
+def _fresh_outputs(out, args):
+    """An op that hands back one of its input tensors itself (``getitem`` picking from a
+    list) gets a new tensor on the same data: the output's history must not overwrite
+    the input's."""
+    inputs = {id(t) for _, t in iter_tensors(args, {})}
+
+    def fresh(o):
+        return Tensor._make(o._data, o.device) if id(o) in inputs else o
+
+    if isinstance(out, Tensor):
+        return fresh(out)
+    if isinstance(out, (tuple, list)) and any(id(o) in inputs for o in out):
+        items = [fresh(o) for o in out]
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)
     return out
 
 

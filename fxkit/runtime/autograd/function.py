@@ -51,7 +51,8 @@ class GradRule:
         forward: optional ``forward(op, args, kwargs) -> (result, extra)`` run
             instead of the op when recording, to keep what backward needs.
         mutates: the op writes into its first argument (``setitem``).
-        inplace_kw: the op writes into its first argument when ``inplace=True``.
+        inplace_kw: the op writes into its first argument when its ``inplace``
+            argument is True (``relu(x, inplace=True)``).
     """
 
     __slots__ = ("op", "backward", "saves", "out", "nondiff", "forward", "mutates", "inplace_kw", "params",
@@ -65,6 +66,7 @@ class GradRule:
         unknown = sorted((set(saves) | set(nondiff)) - set(self.params))
         if unknown:
             raise FxkitError(f"grad rule of {op.name}: {unknown} are not parameters of {op.name} {self.params}")
+        _check_signature(op, backward, params)
         self.op = op
         self.backward = backward
         self.saves = frozenset(saves)
@@ -73,6 +75,18 @@ class GradRule:
         self.forward = forward
         self.mutates = mutates
         self.inplace_kw = inplace_kw
+        if inplace_kw and "inplace" not in self.params:
+            raise FxkitError(f"grad rule of {op.name}: inplace_kw=True, but {op.name} has no inplace parameter")
+
+    def split_inplace(self, args, kwargs):
+        """``(True, args, kwargs)`` without the request when a call asks to write into its
+        first argument (``inplace=True``, by keyword or position), else ``(False, args, kwargs)``."""
+        if not self.inplace_kw:
+            return False, args, kwargs
+        at = self.params.index("inplace")
+        if len(args) > at:
+            return args[at] is True, args[:at], {**kwargs, "inplace": False}
+        return kwargs.get("inplace") is True, args, {**kwargs, "inplace": False}
 
     def name_of(self, path):
         """The parameter an argument at ``path`` (see `iter_tensors`) binds to."""
@@ -94,6 +108,25 @@ class GradRule:
 
     def __repr__(self):
         return f"<grad rule of {self.op.name}>"
+
+
+def _check_signature(op, backward, params):
+    """A rule is called with the forward call's arguments: it must take the impl's parameter
+    names (or catch them with ``*args``/``**kwargs``)."""
+    own = list(inspect.signature(backward).parameters.values())[2:]  # without ctx, grad
+    names = {p.name for p in own}
+    has_args = any(p.kind is p.VAR_POSITIONAL for p in own)
+    has_kwargs = any(p.kind is p.VAR_KEYWORD for p in own)
+    for p in params:
+        if p.kind is p.VAR_POSITIONAL and not has_args:
+            missing = "*" + p.name
+        elif p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names and not (
+                has_kwargs and (has_args or p.kind is p.KEYWORD_ONLY)):
+            missing = p.name
+        else:
+            continue
+        raise FxkitError(f"grad rule of {op.name}: it must take the parameter {missing} of {op.name}'s impl "
+                         f"(the rule is called with the forward call's arguments)")
 
 
 class NonDifferentiable:
@@ -153,7 +186,7 @@ class Node:
         saved: ``(version_counter, version, label)`` of every saved value.
         outs: ``(shape, numpy dtype, device)`` per output, None for integer outputs.
         single: the op returned one tensor (its rule gets one gradient, not a tuple).
-        out_data: the saved output arrays when the rule reads ``ctx.out``.
+        out_data: ``(array, device)`` per output (None for non-tensors) when the rule reads ``ctx.out``.
         extra: what the rule's forward override kept.
         freed: the saved values were released after a backward without retain_graph.
         retained, hooks: per output, the metas keeping their gradient and gradient hooks.
@@ -187,6 +220,8 @@ class Node:
         if self.saved or self.out_data is not None or self.extra is not None:
             self.freed = True
             self.args = self.kwargs = self.out_data = self.extra = None
+            self.inputs = [(path, edge, s if isinstance(s, TensorMeta) else TensorMeta(s.shape, s.dtype, s.device))
+                           for path, edge, s in self.inputs]
 
 
 def iter_tensors(args, kwargs):
@@ -290,7 +325,7 @@ def make_node(op, rule, args, kwargs, out, extra=None):
             outs.append(None)
     node.outs = outs
     if rule is not None and rule.out:
-        node.out_data = tuple(o._data if isinstance(o, Tensor) else None for o in outputs)
+        node.out_data = tuple((o._data, o.device) if isinstance(o, Tensor) else None for o in outputs)
         saved.extend((o._grad.version, o._grad.version[0], "result") for o, s in zip(outputs, outs) if s)
     node.saved = saved
     node.extra = extra

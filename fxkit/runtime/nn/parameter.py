@@ -16,7 +16,8 @@ class Parameter(Tensor):
     Args:
         data: the Tensor or numpy/cupy array to wrap (shared, not copied);
             None gives an empty float32 tensor, like ``torch.nn.Parameter()``.
-        requires_grad: kept for PyTorch compatibility; autograd reads it.
+        requires_grad: whether the parameter is a leaf that accumulates gradients
+            (as in PyTorch, the default).
 
     Example:
         >>> w = nn.Parameter(fxkit.randn(3, 4))
@@ -24,7 +25,7 @@ class Parameter(Tensor):
         True
     """
 
-    __slots__ = ("requires_grad",)
+    __slots__ = ()
 
     def __init__(self, data=None, requires_grad=True):
         if data is None:
@@ -34,11 +35,6 @@ class Parameter(Tensor):
         else:
             Tensor.__init__(self, data)
         self.requires_grad = requires_grad
-
-    def requires_grad_(self, requires_grad=True):
-        """Set ``requires_grad`` in place and return the parameter."""
-        self.requires_grad = requires_grad
-        return self
 
     def __repr__(self):
         return "Parameter containing:\n" + Tensor.__repr__(self)

@@ -16,4 +16,5 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     conv,
     pooling,
     interpolate,
+    pipe_split,
 )

@@ -56,8 +56,15 @@ def _dtype_or(dtype, default):
     return (dtype or default).np
 
 
+def _leaf(array, requires_grad):
+    """``array`` as an impl returns it, or a leaf Tensor that requires grad (``requires_grad=True``)."""
+    if not requires_grad:
+        return array
+    return Tensor(array).requires_grad_()
+
+
 def _factory_rule(name, default=None):
-    def rule(*size, dtype=None, device=None):
+    def rule(*size, dtype=None, device=None, requires_grad=False):
         return TensorMeta(size_args(size, name), _dt.as_dtype(dtype) or default or _dt.default_float,
                           Device(device) if device else cpu)
 
@@ -65,33 +72,33 @@ def _factory_rule(name, default=None):
 
 
 @op("zeros", kind="other", factory=True, method=False, shape_rule=_factory_rule("zeros"))
-def zeros(xp, *size, dtype=None):
+def zeros(xp, *size, dtype=None, requires_grad=False):
     """A tensor of zeros: ``fxkit.zeros(2, 3)``."""
-    return xp.zeros(size_args(size, "zeros"), dtype=_dtype_or(dtype, _dt.default_float))
+    return _leaf(xp.zeros(size_args(size, "zeros"), dtype=_dtype_or(dtype, _dt.default_float)), requires_grad)
 
 
 @op("ones", kind="other", factory=True, method=False, shape_rule=_factory_rule("ones"))
-def ones(xp, *size, dtype=None):
+def ones(xp, *size, dtype=None, requires_grad=False):
     """A tensor of ones."""
-    return xp.ones(size_args(size, "ones"), dtype=_dtype_or(dtype, _dt.default_float))
+    return _leaf(xp.ones(size_args(size, "ones"), dtype=_dtype_or(dtype, _dt.default_float)), requires_grad)
 
 
 @op("empty", kind="other", factory=True, method=False, shape_rule=_factory_rule("empty"))
-def empty(xp, *size, dtype=None):
+def empty(xp, *size, dtype=None, requires_grad=False):
     """An uninitialised tensor (its values are arbitrary)."""
-    return xp.empty(size_args(size, "empty"), dtype=_dtype_or(dtype, _dt.default_float))
+    return _leaf(xp.empty(size_args(size, "empty"), dtype=_dtype_or(dtype, _dt.default_float)), requires_grad)
 
 
-def _full_rule(size, fill_value, dtype=None, device=None):
+def _full_rule(size, fill_value, dtype=None, device=None, requires_grad=False):
     dtype = _dt.as_dtype(dtype) or _dt.scalar_dtype(fill_value)
     return TensorMeta(size_args((size,), "full"), dtype, Device(device) if device else cpu)
 
 
 @op("full", kind="other", factory=True, method=False, shape_rule=_full_rule)
-def full(xp, size, fill_value, dtype=None):
+def full(xp, size, fill_value, dtype=None, requires_grad=False):
     """A tensor filled with ``fill_value``; dtype follows the value like PyTorch."""
     dtype = dtype or _dt.scalar_dtype(fill_value)
-    return xp.full(size_args((size,), "full"), fill_value, dtype=dtype.np)
+    return _leaf(xp.full(size_args((size,), "full"), fill_value, dtype=dtype.np), requires_grad)
 
 
 def _arange_bounds(start, end, step):
@@ -109,48 +116,49 @@ def _arange_dtype(start, end, step, dtype):
     return _dt.default_float if any(isinstance(v, float) for v in values) else _dt.int64
 
 
-def _arange_rule(start, end=None, step=1, dtype=None, device=None):
+def _arange_rule(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     s, e, st = _arange_bounds(start, end, step)
     n = max(0, -(-(e - s) // st)) if all(isinstance(v, int) for v in (s, e, st)) else int(np.ceil((e - s) / st))
     return TensorMeta((max(n, 0),), _arange_dtype(start, end, step, dtype), Device(device) if device else cpu)
 
 
 @op("arange", kind="other", factory=True, method=False, shape_rule=_arange_rule)
-def arange(xp, start, end=None, step=1, dtype=None):
+def arange(xp, start, end=None, step=1, dtype=None, requires_grad=False):
     """``arange(end)``, ``arange(start, end, step)``; int64 unless a bound is a float."""
     out_dtype = _arange_dtype(start, end, step, dtype)
     s, e, st = _arange_bounds(start, end, step)
-    return xp.arange(s, e, st, dtype=np.float64 if out_dtype.is_floating_point else np.int64).astype(out_dtype.np)
+    return _leaf(xp.arange(s, e, st, dtype=np.float64 if out_dtype.is_floating_point else np.int64
+                           ).astype(out_dtype.np), requires_grad)
 
 
 @op("rand", kind="random", factory=True, method=False, pure=False, shape_rule=_factory_rule("rand"))
-def rand(xp, *size, dtype=None):
+def rand(xp, *size, dtype=None, requires_grad=False):
     """Uniform samples in [0, 1)."""
     dtype = dtype or _dt.default_float
     if not dtype.is_floating_point:
         raise DTypeError(f"rand: dtype must be floating point, got {dtype.name}")
-    return generator(xp).random(size_args(size, "rand"), dtype=np.float32 if dtype.itemsize <= 4 else np.float64
-                                ).astype(dtype.np, copy=False)
+    return _leaf(generator(xp).random(size_args(size, "rand"), dtype=np.float32 if dtype.itemsize <= 4 else np.float64
+                                      ).astype(dtype.np, copy=False), requires_grad)
 
 
 @op("randn", kind="random", factory=True, method=False, pure=False, shape_rule=_factory_rule("randn"))
-def randn(xp, *size, dtype=None):
+def randn(xp, *size, dtype=None, requires_grad=False):
     """Standard normal samples."""
     dtype = dtype or _dt.default_float
     if not dtype.is_floating_point:
         raise DTypeError(f"randn: dtype must be floating point, got {dtype.name}")
-    return generator(xp).standard_normal(size_args(size, "randn"),
-                                         dtype=np.float32 if dtype.itemsize <= 4 else np.float64
-                                         ).astype(dtype.np, copy=False)
+    return _leaf(generator(xp).standard_normal(size_args(size, "randn"),
+                                               dtype=np.float32 if dtype.itemsize <= 4 else np.float64
+                                               ).astype(dtype.np, copy=False), requires_grad)
 
 
-def _like_rule(a, *args, dtype=None, device=None, **kw):
+def _like_rule(a, *args, dtype=None, device=None, requires_grad=False, **kw):
     return TensorMeta(a.shape, _dt.as_dtype(dtype) or a.dtype, Device(device) if device else a.device)
 
 
 def _make_like(name, fn):
-    def impl(xp, a, *args, dtype=None):
-        return fn(xp, a.shape, *args, dtype=(dtype.np if dtype else a.dtype))
+    def impl(xp, a, *args, dtype=None, requires_grad=False):
+        return _leaf(fn(xp, a.shape, *args, dtype=(dtype.np if dtype else a.dtype)), requires_grad)
 
     impl.__doc__ = f"``{name}(x)``: like ``{name[:-5]}`` with the shape and dtype of ``x``."
     kind = "random" if name.startswith("rand") else "other"
@@ -165,9 +173,10 @@ rand_like = _make_like("rand_like", lambda xp, s, dtype: generator(xp).random(s)
 randn_like = _make_like("randn_like", lambda xp, s, dtype: generator(xp).standard_normal(s).astype(dtype))
 
 
-def tensor(data, dtype=None, device=None):
+def tensor(data, dtype=None, device=None, requires_grad=False):
     """Build a tensor from Python values or an array, copying it (PyTorch's rules:
-    Python floats become float32, ints int64, bools bool)."""
+    Python floats become float32, ints int64, bools bool); ``requires_grad=True``
+    makes it a leaf of autograd."""
     dtype = _dt.as_dtype(dtype)
     if isinstance(data, Tensor):
         array = data._host().copy()
@@ -190,7 +199,7 @@ def tensor(data, dtype=None, device=None):
     t = Tensor._make(array, cpu)
     if device is not None and Device(device) is not cpu:
         t = t.to(device)
-    return t
+    return t.requires_grad_() if requires_grad else t
 
 
 def from_numpy(array):

@@ -22,6 +22,8 @@ from fxkit.runtime.ops.elementwise_binary import maximum, minimum
 # ``torch.return_types.max`` / ``min``: ``values, indices = x.max(1)``.
 MaxResult = namedtuple("max", ("values", "indices"))
 MinResult = namedtuple("min", ("values", "indices"))
+# NOTE: the ops ``max``/``min`` own those module-level names; pickle finds the classes by these.
+MaxResult.__qualname__, MinResult.__qualname__ = "MaxResult", "MinResult"
 
 _INT_KINDS = "biu"
 

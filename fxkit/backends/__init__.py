@@ -1,0 +1,13 @@
+"""Backends: `fxkit.compile` and the code generators it drives.
+
+``fxkit.compile(model, backend=...)`` traces, runs the backend's passes and
+lowers one specialisation per input signature (`fxkit.backends.compile`);
+a backend is a `Backend` subclass registered by name (`fxkit.backends.backend`).
+Importing a backend's module registers it.
+"""
+from fxkit.backends.backend import Backend, Lowered, backend_names, get_backend, register_backend
+from fxkit.backends.compile import CompiledModule, CompileStats, compile
+from fxkit.backends import numpy_backend  # noqa: F401  (registers "numpy")
+
+__all__ = ["Backend", "CompileStats", "CompiledModule", "Lowered", "backend_names", "compile", "get_backend",
+           "register_backend"]

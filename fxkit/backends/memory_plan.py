@@ -1,0 +1,184 @@
+"""Buffer reuse: ops that can write into an ``out=`` buffer take one that is dead.
+
+Allocating a fresh array per op costs page faults that can exceed the
+arithmetic (a new 64 MB array is ~30 ms of faults on the reference machine).
+Generated code reuses instead: an op that can write into a given buffer
+(`UFUNC_FORMS`: the registry ops that are exactly one numpy/cupy ufunc on
+floating inputs) writes into the buffer of a value no one reads any more, when
+that buffer has the result's shape and dtype. ``x = x * x`` ten times then
+allocates once::
+
+    mul = multiply(x, x)
+    mul_1 = multiply(mul, mul, out=mul)
+    ...
+
+Liveness is over *storage*, not values: a call that may return a view of its
+input (``view``, ``getitem``, ``transpose``, ``to``, anything not known to
+allocate) keeps its inputs' storage alive as long as it is alive itself, and
+storage reachable from the graph's output is never reused. Only storage the
+generated code allocated itself is ever reused: never a graph input, a
+parameter or a constant. A buffer the current op reads may be reused only
+when it is read directly (same array, same layout), so even a naive
+elementwise kernel may write element i after reading element i.
+
+Values are identical to eager execution; the memory layout of a reused buffer
+is the layout the buffer was first allocated with (C order unless the first
+op's inputs were transposed), which no op's result depends on.
+"""
+import inspect
+import math
+from typing import NamedTuple
+
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.op import Op
+from fxkit.runtime.registry import get_op
+
+
+class UfuncForm(NamedTuple):
+    """How an op runs as one ufunc of the array module: ``xp.<ufunc>(*inputs, *extra, out=buf)``.
+
+    Attributes:
+        ufunc: the ufunc's name in numpy and cupy.
+        inputs: how many leading arguments of the op are the ufunc's inputs;
+            the op's other arguments must be at their defaults.
+        extra: constant arguments appended after the inputs.
+    """
+
+    ufunc: str
+    inputs: int
+    extra: tuple = ()
+
+
+def _forms():
+    binary = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide",
+              "floor_divide": "floor_divide", "remainder": "remainder", "pow": "power", "maximum": "maximum",
+              "minimum": "minimum", "eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+              "gt": "greater", "ge": "greater_equal"}
+    unary = {"neg": "negative", "abs": "absolute", "exp": "exp", "log": "log", "log1p": "log1p",
+             "expm1": "expm1", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tanh": "tanh",
+             "reciprocal": "reciprocal", "floor": "floor", "ceil": "ceil", "isnan": "isnan"}
+    forms = {get_op(name): UfuncForm(ufunc, 2) for name, ufunc in binary.items()}
+    forms.update({get_op(name): UfuncForm(ufunc, 1) for name, ufunc in unary.items()})
+    # NOTE: False, as relu's impl writes it: a bool tensor and the int 0 would give int64.
+    forms[get_op("relu")] = UfuncForm("maximum", 1, (False,))
+    return forms
+
+
+# Op -> its ufunc form. For float32/float64 inputs each of these ops' implementation
+# is exactly this one ufunc call (same loop, same result), which can take ``out=``.
+UFUNC_FORMS = _forms()
+_FLOATS = frozenset(("float32", "float64"))
+_SCALARS = (int, float, bool)
+_DEFAULTS = {}
+
+
+def ufunc_form(node, input_dtypes):
+    """The `UfuncForm` ``node`` runs as, or None when it must call its op's implementation.
+
+    Args:
+        node: a ``call`` node whose ``meta["tensor_meta"]`` is filled.
+        input_dtypes: the dtype of each positional tensor argument after the op's
+            dtype promotion (position -> `DType`).
+
+    Returns:
+        The form when the node's op is in `UFUNC_FORMS`, its tensor inputs are
+        float32/float64 after promotion, its other inputs are Python numbers,
+        its remaining arguments are at their defaults and its result is an
+        array of at least one dimension (numpy returns scalars for 0-d).
+    """
+    op = node.target
+    form = UFUNC_FORMS.get(op) if isinstance(op, Op) else None
+    if form is None:
+        return None
+    result = node.meta.get("tensor_meta")
+    if not isinstance(result, TensorMeta) or not result.shape:
+        return None
+    if len(node.args) < form.inputs or not _at_defaults(op, node, form.inputs):
+        return None
+    for position, value in enumerate(node.args[:form.inputs]):
+        dtype = input_dtypes.get(position)
+        if dtype is not None:
+            if dtype.name not in _FLOATS:
+                return None
+        elif type(value) not in _SCALARS:
+            return None
+    return form
+
+
+def _at_defaults(op, node, inputs):
+    """True when every argument of ``node`` after the first ``inputs`` equals the impl's default."""
+    defaults = _DEFAULTS.get(op)
+    if defaults is None:
+        params = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
+        defaults = _DEFAULTS[op] = [(p.name, p.default) for p in params]
+    names = [name for name, _ in defaults]
+    for position, value in enumerate(node.args[inputs:], start=inputs):
+        if position >= len(defaults) or not _same(value, defaults[position][1]):
+            return False
+    for key, value in node.kwargs.items():
+        if key not in names[inputs:] or not _same(value, defaults[names.index(key)][1]):
+            return False
+    return True
+
+
+def _same(value, default):
+    return type(value) is type(default) and value == default
+
+
+def plan_buffers(nodes, writers):
+    """Choose, for each node in ``writers``, a dead buffer to write its result into.
+
+    Args:
+        nodes: the graph's nodes in execution order.
+        writers: the nodes whose results are fresh arrays that can be written
+            into a buffer given to them (a set or dict).
+
+    Returns:
+        ``{node: holder}``: ``node`` writes into the buffer that ``holder``'s
+        value is (``holder``'s variable must stay alive until ``node`` runs).
+        Writers left out allocate a new array.
+    """
+    position = {node: i for i, node in enumerate(nodes)}
+    last_use = {}
+    for node in nodes:
+        when = math.inf if node.op == "output" else position[node]
+        for used in node.all_input_nodes:
+            last_use[used] = when
+    aliases = {}  # node -> the storages (ids) its value may share memory with
+    end = []  # storage -> position of the last read of any value sharing it
+    key = []  # storage -> (shape, dtype)
+    holder = []  # storage -> the node whose variable holds it now
+    by_key = {}  # (shape, dtype) -> storages ever allocated with that key
+    plan = {}
+    for i, node in enumerate(nodes):
+        if node in writers:
+            meta = node.meta["tensor_meta"]
+            wanted = (tuple(meta.shape), meta.dtype)
+            storage = _dead_storage(by_key.get(wanted, ()), end, holder, aliases, i, node)
+            if storage is None:
+                storage = len(end)
+                end.append(0)
+                key.append(wanted)
+                holder.append(node)
+                by_key.setdefault(wanted, []).append(storage)
+            else:
+                plan[node] = holder[storage]
+                holder[storage] = node
+            aliases[node] = (storage,)
+            end[storage] = last_use.get(node, i)
+        elif node.op == "call":
+            shared = {s for used in node.all_input_nodes for s in aliases.get(used, ())}
+            aliases[node] = tuple(shared)
+            for s in shared:
+                end[s] = max(end[s], last_use.get(node, i))
+    return plan
+
+
+def _dead_storage(candidates, end, holder, aliases, i, node):
+    """A storage among ``candidates`` no one reads after ``i`` (and ``node`` at ``i`` only directly), or None."""
+    for s in candidates:
+        if end[s] < i:
+            return s
+        if end[s] == i and all(used is holder[s] for used in node.all_input_nodes if s in aliases.get(used, ())):
+            return s
+    return None

@@ -1,0 +1,183 @@
+"""Scalar math for generated numba kernels, written so that loops over it vectorise.
+
+numba calls libm for ``math.exp`` and ``math.erf``; without Intel's SVML
+(not installed here) LLVM cannot vectorise a loop that calls them, and a
+softmax spends its time in scalar ``expf``. The float32 functions here are
+branch-free polynomials with an exact power-of-two scaling (Cephes' ``expf``
+and ``tanhf``, and the rational ``erf`` that fxkit's eager ``erf`` evaluates),
+so the loop vectoriser turns them into SIMD code. Accuracy: ``exp32`` and
+``tanh32`` within 2 ulp of the correctly rounded result, ``erf32`` the eager
+formula itself; NaN and infinities behave as numpy's.
+
+`maximum` and `minimum` propagate NaN from either side like numpy's (Python's
+``max`` does not).
+
+Generated kernel modules import these; they are compiled with ``cache=True``
+so a second process loads them from numba's cache. None of them uses
+fastmath: a kernel that does (for its reductions) cannot reorder the range
+reduction inside, because LLVM keeps the flags of each inlined instruction.
+"""
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from fxkit.runtime.ops.intrinsics import _ERF_P, _ERF_Q
+
+_JIT = {"cache": True, "error_model": "numpy", "nogil": True}
+_F32 = np.float32
+_LOG2E = _F32(1.4426950408889634)
+_LN2_HI = _F32(0.693359375)  # Cody and Waite: ln 2 = hi + lo, hi with few bits so k * hi is exact
+_LN2_LO = _F32(-2.12194440e-4)
+_EXP_P = tuple(_F32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                                  1.6666665459e-1, 5.0000001201e-1))
+_TANH_P = tuple(_F32(c) for c in (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+                                   -3.33332819422e-1))
+_ERF_P64 = tuple(np.float64(c) for c in _ERF_P)
+_ERF_Q64 = tuple(np.float64(c) for c in _ERF_Q)
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE bits are the int32 ``bits`` (a register move, vectorisable)."""
+    signature = types.float32(types.int32)
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return signature, codegen
+
+
+@numba.njit(**_JIT)
+def exp32(x):
+    """``exp`` of a float32: ``2**k * p(r)`` with ``x = k ln 2 + r``, ``|r| <= ln 2 / 2``."""
+    x = _F32(x)
+    # NOTE: clamped so 2**k stays within two float32 factors; NaN is replaced now and restored last.
+    xc = x if x < _F32(89.0) else _F32(89.0)
+    xc = xc if xc > _F32(-104.0) else _F32(-104.0)
+    xc = xc if x == x else _F32(0.0)
+    k = np.floor(xc * _LOG2E + _F32(0.5))
+    r = xc - k * _LN2_HI
+    r = r - k * _LN2_LO
+    p = _EXP_P[0]
+    p = p * r + _EXP_P[1]
+    p = p * r + _EXP_P[2]
+    p = p * r + _EXP_P[3]
+    p = p * r + _EXP_P[4]
+    p = p * r + _EXP_P[5]
+    p = p * r * r + r + _F32(1.0)
+    # 2**k as two factors: results down to the smallest subnormal and up to overflow stay exact.
+    ki = np.int32(k)
+    k1 = ki >> np.int32(1)
+    k2 = ki - k1
+    scaled = p * _float32_from_bits((k1 + np.int32(127)) << np.int32(23))
+    scaled = scaled * _float32_from_bits((k2 + np.int32(127)) << np.int32(23))
+    return scaled if x == x else x
+
+
+@numba.njit(**_JIT)
+def tanh32(x):
+    """``tanh`` of a float32: an odd polynomial below 0.625, ``1 - 2 / (exp(2|x|) + 1)`` above."""
+    x = _F32(x)
+    z = x * x
+    p = _TANH_P[0]
+    p = p * z + _TANH_P[1]
+    p = p * z + _TANH_P[2]
+    p = p * z + _TANH_P[3]
+    p = p * z + _TANH_P[4]
+    small = p * z * x + x
+    ax = abs(x)
+    large = _F32(1.0) - _F32(2.0) / (exp32(ax + ax) + _F32(1.0))
+    large = large if x >= _F32(0.0) else -large
+    return small if ax < _F32(0.625) else (large if x == x else x)
+
+
+@numba.njit(**_JIT)
+def erf32(x):
+    """``erf`` of a float32, computed as eager ``erf`` does: ``x P(x²) / Q(x²)`` in float64, |x| <= 4."""
+    w = np.float64(x)
+    w = w if w < 4.0 else 4.0
+    w = w if w > -4.0 else -4.0
+    w = w if x == x else np.float64(x)
+    t = w * w
+    p = _ERF_P64[6]
+    p = p * t + _ERF_P64[5]
+    p = p * t + _ERF_P64[4]
+    p = p * t + _ERF_P64[3]
+    p = p * t + _ERF_P64[2]
+    p = p * t + _ERF_P64[1]
+    p = p * t + _ERF_P64[0]
+    q = _ERF_Q64[5]
+    q = q * t + _ERF_Q64[4]
+    q = q * t + _ERF_Q64[3]
+    q = q * t + _ERF_Q64[2]
+    q = q * t + _ERF_Q64[1]
+    q = q * t + _ERF_Q64[0]
+    return _F32(w * p / q)
+
+
+@numba.njit(**_JIT)
+def maximum(a, b):
+    """numpy's ``maximum`` of two scalars: NaN if either is NaN."""
+    return b if (a < b) | (b != b) else a
+
+
+@numba.njit(**_JIT)
+def minimum(a, b):
+    """numpy's ``minimum`` of two scalars: NaN if either is NaN."""
+    return b if (a > b) | (b != b) else a
+
+
+# -- row reductions ---------------------------------------------------------------------------
+# Row kernels (softmax, log_softmax, layer_norm) keep each row in a scratch buffer and reduce it
+# here. Only these loops allow reassociation (the partial sums of a SIMD reduction) and, for the
+# maximum, ignoring NaN ordering: a NaN in a row still makes the row's sum NaN, so every output
+# of that row is NaN as in eager mode.
+@numba.njit(cache=True, nogil=True, fastmath={"nnan", "nsz", "reassoc"})
+def row_max(buf):
+    """The largest value of a row (``-inf`` for an empty one)."""
+    m = buf.dtype.type(-np.inf)
+    for j in range(buf.size):
+        v = buf[j]
+        m = v if v > m else m
+    return m
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def row_sum(buf):
+    """The sum of a row, in its dtype."""
+    s = buf.dtype.type(0)
+    for j in range(buf.size):
+        s += buf[j]
+    return s
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def row_sum_squares(buf, mean):
+    """``sum((buf - mean) ** 2)``: the variance's numerator, from the centred values."""
+    s = buf.dtype.type(0)
+    for j in range(buf.size):
+        d = buf[j] - mean
+        s += d * d
+    return s
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def row_sum_exp32(buf):
+    """``sum(exp(buf))`` of a float32 row, with the vectorisable `exp32`."""
+    s = _F32(0.0)
+    for j in range(buf.size):
+        s += exp32(buf[j])
+    return s
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def row_sum_exp64(buf):
+    """``sum(exp(buf))`` of a float64 row."""
+    s = 0.0
+    for j in range(buf.size):
+        s += math.exp(buf[j])
+    return s

@@ -1,0 +1,108 @@
+"""The ``numpy`` backend: straight-line Python over numpy arrays, reusing dead buffers.
+
+After the default pipeline (`Backend.passes`: dropout removal, conv-bn
+folding, specialisation to registry ops, dead code, CSE, constant folding)
+every op becomes one statement of a generated function: a numpy ufunc call
+where the op is exactly one (`fxkit.backends.memory_plan.UFUNC_FORMS`),
+writing into a buffer the memory plan found dead, and the op's own
+implementation on raw arrays otherwise. Dtype promotion is resolved when the
+code is generated, so nothing is dispatched at run time.
+
+Example:
+    >>> compiled = fxkit.compile(lambda x: (x * x) * (x * x), backend="numpy", example_inputs=[(5,)])
+    >>> print(compiled.code)
+    def forward(x):
+        mul = multiply(x, x)
+        mul_1 = multiply(mul, mul, out=mul)
+        return mul_1
+"""
+import itertools
+
+import numpy as np
+
+from fxkit.backends.backend import Backend, Lowered, register_backend
+from fxkit.backends.memory_plan import plan_buffers, ufunc_form
+from fxkit.codegen.numpy_code import generate_array_code
+from fxkit.codegen.promotion import input_casts
+from fxkit.errors import DeviceError
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.op import Op
+from fxkit.runtime.tensor import Tensor
+
+_FILE_NUMBERS = itertools.count()
+
+
+class NumpyBackend(Backend):
+    """Generated Python over numpy arrays on the cpu (see the module docstring)."""
+
+    name = "numpy"
+    device_types = ("cpu",)
+
+    def lower(self, gm, specs):
+        nodes = list(gm.graph.nodes)
+        _check_devices(nodes, self.device_types, self.name)
+        forms = {}
+        for node in nodes:
+            if node.op == "call" and isinstance(node.target, Op):
+                form = ufunc_form(node, input_dtypes(node))
+                if form is not None:
+                    forms[node] = form
+        buffers = plan_buffers(nodes, forms)
+        code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, np)
+        filename = f"<fxkit-compiled numpy {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
+        namespace = dict(code.globals)
+        exec(code.compile(filename), namespace)
+        return Lowered(namespace["forward"], code.src, {}, line_nodes, filename)
+
+
+def input_dtypes(node):
+    """``{position: DType}`` of a call's positional tensor inputs after its op's dtype promotion."""
+    metas = [a.meta.get("tensor_meta") if _is_node(a) else a for a in node.args]
+    casts = input_casts(node.target, metas)
+    return {i: casts.get(i, m.dtype) for i, m in enumerate(metas) if isinstance(m, TensorMeta)}
+
+
+def attributes(gm, nodes):
+    """``{qualified name: value}`` the generated code reads: raw arrays for tensors, modules as they are."""
+    found = {}
+    for node in nodes:
+        if node.op in ("get_attr", "call") and type(node.target) is str:
+            value = gm.get_submodule(node.target) if node.op == "call" else _fetch(gm, node.target)
+            found[node.target] = value._data if isinstance(value, Tensor) else value
+    return found
+
+
+def _fetch(module, qualname):
+    *path, field = qualname.split(".")
+    owner = module.get_submodule(".".join(path)) if path else module
+    return getattr(owner, field)
+
+
+def _is_node(value):
+    return hasattr(value, "op") and hasattr(value, "meta")
+
+
+def _check_devices(nodes, device_types, backend):
+    """Refuse a graph with tensors (parameters included) on devices the backend does not run on."""
+    for node in nodes:
+        meta = node.meta.get("tensor_meta")
+        for spec in _tensor_metas(meta):
+            if spec.device.type not in device_types:
+                what = "the parameter" if node.op == "get_attr" else "the value"
+                raise DeviceError(f"the {backend} backend runs on {' and '.join(device_types)}, but {what} "
+                                  f"%{node.name} is on {spec.device}; move the model with .to('cpu') or "
+                                  f"compile with a backend for {spec.device.type}")
+
+
+def _tensor_metas(meta):
+    if isinstance(meta, TensorMeta):
+        yield meta
+    elif isinstance(meta, (tuple, list)):
+        for m in meta:
+            yield from _tensor_metas(m)
+    elif isinstance(meta, dict):
+        for m in meta.values():
+            yield from _tensor_metas(m)
+
+
+register_backend(NumpyBackend())

@@ -1,0 +1,315 @@
+"""`Pipeline`: run model stages on several devices, overlapping them on micro-batches.
+
+Each stage gets a worker thread that runs its device's share of the work in
+a fixed order, fed by queues from its neighbours (numpy and cupy release the
+GIL in their kernels, so stages on different devices, or on CPU cores, run
+at the same time). The batch is split into ``chunks`` micro-batches along
+dimension 0:
+
+* forward (``pipeline(x)``), the GPipe schedule: stage ``s`` runs micro-batch
+  ``j`` as soon as stage ``s - 1`` hands it over; with ``k`` stages of equal
+  time, a fraction ``(k - 1) / (m + k - 1)`` of the stage-time is idle (the bubble).
+* training (`Pipeline.train_step`): every micro-batch runs forward and then
+  backward through the stages, either GPipe's all-forwards-then-all-backwards
+  or 1F1B (after ``k - s - 1`` warm-up forwards, stage ``s`` alternates one
+  forward and one backward, so it holds at most ``k - s`` micro-batches of
+  activations). Parameter gradients accumulate over the micro-batches.
+
+Example:
+    >>> parent = fxkit.transforms.split_pipeline(model, [x], n_stages=2)
+    >>> pipe = Pipeline(parent, devices=["cuda:0", "cuda:1"], chunks=4)
+    >>> pipe(x)                                   # equals model(x)
+    >>> loss = pipe.train_step([x], y, F.cross_entropy)
+"""
+import queue
+import threading
+
+from fxkit.errors import DeviceError, FxkitError, PipelineError
+from fxkit.graph import GraphModule
+from fxkit.runtime.autograd import backward as autograd_backward
+from fxkit.runtime.autograd import no_grad
+from fxkit.runtime.device import Device
+from fxkit.runtime.tensor import Tensor
+from fxkit.backends.microbatch import flat_tensors, join_batches, map_tensors, split_batch, split_sizes
+from fxkit.transforms.stage_chain import StageChain
+
+SCHEDULES = ("gpipe", "1f1b")
+_POLL_SECONDS = 0.05
+# NOTE: fxkit's grad mode is one process-wide flag, and recording an op or running backward
+# switches it off for a moment; two threads recording at once would lose graph edges (and could
+# leave it off). Training steps of different stages therefore take turns on this lock; the
+# schedule (1F1B's order and memory bound) is kept, the CPU-side overlap is not, until grad mode
+# becomes per-thread as in PyTorch. Forward-only runs record nothing and overlap fully.
+_AUTOGRAD_LOCK = threading.Lock()
+
+
+class ModuleChain:
+    """Plain modules as a chain: each stage's result is the next stage's arguments.
+
+    A stage returning a tuple hands its items on as separate arguments; the
+    last stage's result is the output (a single value when it returns one).
+    """
+
+    def __init__(self, modules):
+        self.stages = [_ModuleStage(i, m) for i, m in enumerate(modules)]
+        if not self.stages:
+            raise PipelineError("Pipeline: got no stages")
+
+    def __len__(self):
+        return len(self.stages)
+
+    def first_inputs(self, args):
+        return list(args)
+
+    def run_stage(self, index, values):
+        out = self.stages[index].module(*values)
+        return list(out) if type(out) is tuple else [out]
+
+    def assemble(self, values):
+        return values[0] if len(values) == 1 else tuple(values)
+
+
+class _ModuleStage:
+    def __init__(self, index, module):
+        self.index = index
+        self.module = module
+
+
+def as_chain(stages):
+    """A split `GraphModule` (from `split_module`/`split_pipeline`) or a list of modules, as a chain."""
+    if isinstance(stages, GraphModule):
+        return StageChain(stages)
+    if isinstance(stages, (StageChain, ModuleChain)):
+        return stages
+    if isinstance(stages, (list, tuple)):
+        return ModuleChain(list(stages))
+    raise PipelineError(f"Pipeline: stages must be a split GraphModule (split_pipeline/split_module) or a list of "
+                        f"modules, got {type(stages).__name__}")
+
+
+def stage_schedule(kind, stage, n_stages, chunks):
+    """The ordered ``("F"|"B", micro-batch)`` steps of one stage.
+
+    Args:
+        kind: ``"forward"`` (forwards only), ``"gpipe"`` or ``"1f1b"``.
+        stage: the stage's index.
+        n_stages: the number of stages.
+        chunks: the number of micro-batches.
+    """
+    forwards = [("F", j) for j in range(chunks)]
+    if kind == "forward":
+        return forwards
+    backwards = [("B", j) for j in range(chunks)]
+    if kind == "gpipe":
+        return forwards + backwards
+    warm = min(n_stages - 1 - stage, chunks)
+    steps = forwards[:warm]
+    for j in range(chunks - warm):
+        steps += [forwards[warm + j], backwards[j]]
+    return steps + backwards[chunks - warm:]
+
+
+class Pipeline:
+    """Runs stages on devices with micro-batches.
+
+    Args:
+        stages: a split `GraphModule` (values a later stage needs are passed
+            along the stages in between), or a list of modules chained output to input.
+        devices: one device per stage (``"cpu"``, ``"cuda:0"``, ...; a device may
+            repeat). Each stage's module is moved there. Defaults to cpu for all.
+        chunks: micro-batches per batch (``m``).
+
+    Example:
+        >>> pipe = Pipeline([sub_net1, sub_net2], devices=["cuda:0", "cuda:1"], chunks=4)
+        >>> pipe(x)
+    """
+
+    def __init__(self, stages, devices=None, chunks=1):
+        self.chain = as_chain(stages)
+        k = len(self.chain)
+        devices = ["cpu"] * k if devices is None else list(devices)
+        if len(devices) != k:
+            raise DeviceError(f"Pipeline: {k} stages need {k} devices, got {len(devices)} ({devices}); name one "
+                              f"device per stage (repeat one to put several stages on it)")
+        if not isinstance(chunks, int) or chunks < 1:
+            raise PipelineError(f"Pipeline: chunks is the number of micro-batches, a positive int; got {chunks!r}")
+        self.devices = [Device(d) for d in devices]
+        self.chunks = chunks
+        for stage, device in zip(self.chain.stages, self.devices):
+            stage.module.to(device)
+
+    def __call__(self, *inputs):
+        """The model's output for ``inputs``, computed micro-batch by micro-batch (GPipe).
+
+        Runs without recording gradients (inference); `train_step` trains.
+        """
+        batches = split_batch(self.chain.first_inputs(inputs), self.chunks)
+        # NOTE: grad mode is one process-wide flag that recording flips while it runs; with
+        # recording off for the whole run no stage thread touches it.
+        with no_grad():
+            results = self._run("forward", batches, self._forward)
+        return join_batches([self.chain.assemble(values) for values in results])
+
+    def train_step(self, inputs, target, loss_fn, schedule="1f1b"):
+        """Forward and backward over the micro-batches; gradients accumulate in ``.grad``.
+
+        Args:
+            inputs: the forward arguments (a list or tuple).
+            target: what ``loss_fn`` compares the output with; split along
+                dimension 0 like the inputs.
+            loss_fn: ``loss_fn(output, target) -> 0-d tensor``, a mean over the
+                micro-batch; each micro-batch's loss is weighted by its share of
+                the batch, so the gradients are those of the whole batch's mean loss.
+            schedule: ``"1f1b"`` or ``"gpipe"``.
+
+        Returns:
+            The batch's loss (a Python float).
+        """
+        if schedule not in SCHEDULES:
+            raise PipelineError(f"Pipeline.train_step: schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+        batches = split_batch([list(self.chain.first_inputs(inputs)), target], self.chunks)
+        n = sum(split_sizes(flat_tensors(target)[0].shape[0], self.chunks)) if flat_tensors(target) else None
+        step = _TrainStep(self, loss_fn, [b[1] for b in batches], n)
+        losses = self._run(schedule, [b[0] for b in batches], step.forward, step.backward)
+        return float(sum(losses))
+
+    # -- the worker threads ---------------------------------------------------------------------
+    def _forward(self, s, j, values):
+        return self.chain.run_stage(s, _to_device(values, self.devices[s]))
+
+    def _run(self, kind, batches, forward, backward=None):
+        """Run every stage's schedule on its own thread; returns what the last stage produced per micro-batch."""
+        k = len(self.chain)
+        fwd = [queue.SimpleQueue() for _ in range(k + 1)]
+        bwd = [queue.SimpleQueue() for _ in range(k)]
+        abort = threading.Event()
+        errors = []
+
+        def receive(q):
+            while True:
+                try:
+                    return q.get(timeout=_POLL_SECONDS)
+                except queue.Empty:
+                    if abort.is_set():
+                        raise _Aborted() from None
+
+        def work(s):
+            step = None
+            try:
+                with self.devices[s].activate():
+                    for step in stage_schedule(kind, s, k, len(batches)):
+                        direction, j = step
+                        if direction == "F":
+                            got, values = receive(fwd[s])
+                            assert got == j, f"stage {s}: micro-batch {got} arrived, {j} expected"
+                            fwd[s + 1].put((j, forward(s, j, values)))
+                        else:
+                            got, grads = receive(bwd[s]) if s < k - 1 else (j, None)
+                            assert got == j, f"stage {s}: gradients of {got} arrived, {j} expected"
+                            grads = backward(s, j, grads)
+                            if s > 0:
+                                bwd[s - 1].put((j, grads))
+            except _Aborted:
+                pass
+            except BaseException as exc:  # noqa: BLE001  (re-raised by the caller's thread)
+                errors.append((s, step, exc))
+                abort.set()
+
+        workers = [threading.Thread(target=work, args=(s,), name=f"fxkit-pipeline-stage{s}", daemon=True)
+                   for s in range(k)]
+        for w in workers:
+            w.start()
+        for j, values in enumerate(batches):
+            fwd[0].put((j, values))
+        results = {}
+        try:
+            while len(results) < len(batches):
+                j, out = receive(fwd[k])
+                results[j] = out
+        except _Aborted:
+            pass
+        finally:
+            for w in workers:
+                w.join()
+        if errors:
+            raise _stage_error(*errors[0], self.devices) from errors[0][2]
+        return [results[j] for j in range(len(batches))]
+
+
+class _TrainStep:
+    """The forward and backward of one micro-batch on one stage, with the values kept between them."""
+
+    def __init__(self, pipeline, loss_fn, targets, batch_size):
+        self.pipeline = pipeline
+        self.loss_fn = loss_fn
+        self.targets = targets
+        self.batch_size = batch_size
+        self.saved = {}
+
+    def forward(self, s, j, values):
+        with _AUTOGRAD_LOCK:
+            return self._forward(s, j, values)
+
+    def backward(self, s, j, grads):
+        with _AUTOGRAD_LOCK:
+            return self._backward(s, j, grads)
+
+    def _forward(self, s, j, values):
+        pipe = self.pipeline
+        device = pipe.devices[s]
+        values = _to_device(values, device)
+        if s > 0:
+            # NOTE: a stage's inputs become leaves, so backward stops at the stage boundary and
+            # their gradients are what the previous stage receives.
+            values = map_tensors(values, _as_leaf)
+        out = pipe.chain.run_stage(s, values)
+        if s < len(pipe.chain) - 1:
+            self.saved[s, j] = (values, out)
+            return out
+        loss = self.loss_fn(pipe.chain.assemble(out), _to_device(self.targets[j], device))
+        if not isinstance(loss, Tensor) or loss.ndim != 0:
+            raise PipelineError(f"Pipeline.train_step: loss_fn must return a 0-d tensor (a mean over the "
+                                f"micro-batch), got {type(loss).__name__} {getattr(loss, 'shape', '')}")
+        share = flat_tensors(self.targets[j])[0].shape[0] / self.batch_size if self.batch_size else 1.0
+        weighted = loss * share
+        self.saved[s, j] = (values, [weighted])
+        return weighted.item()
+
+    def _backward(self, s, j, grads):
+        values, out = self.saved.pop((s, j))
+        roots = flat_tensors(out)
+        if grads is None:
+            pairs = [(roots[0], None)]
+        else:
+            grads = _to_device(grads, self.pipeline.devices[s])
+            pairs = [(r, g) for r, g in zip(roots, grads) if g is not None and r.requires_grad]
+        if pairs:
+            autograd_backward([r for r, _ in pairs], [g for _, g in pairs] if grads is not None else None)
+        return [t.grad if t.requires_grad else None for t in flat_tensors(values)] if s > 0 else None
+
+
+def _as_leaf(t):
+    leaf = t.detach()
+    if t.dtype.is_floating_point:
+        leaf.requires_grad_(True)
+    return leaf
+
+
+def _to_device(values, device):
+    return map_tensors(values, lambda t: t if t.device is device else t.to(device))
+
+
+class _Aborted(Exception):
+    """Another stage failed: this one stops waiting."""
+
+
+def _stage_error(stage, step, exc, devices):
+    where = f"Pipeline stage {stage} on {devices[stage]}"
+    if step is not None:
+        where += f", {'forward' if step[0] == 'F' else 'backward'} of micro-batch {step[1]}"
+    message = f"{where}: {exc}"
+    kind = type(exc) if isinstance(exc, FxkitError) else PipelineError
+    try:
+        return kind(message)
+    except TypeError:
+        return PipelineError(message)

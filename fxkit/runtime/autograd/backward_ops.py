@@ -1,0 +1,163 @@
+"""Ops that derivative rules need and no forward op provides: ``scatter_add`` and
+``index_add`` (PyTorch's, usable in forward code too), ``getitem_backward`` (the
+adjoint of indexing) and ``conv2d_weight_grad`` (``torch.nn.grad.conv2d_weight``).
+
+They are registry ops like any other, so a graph-level transform that runs
+the rules on graph values records them as nodes.
+"""
+import math
+
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.op import op
+from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d
+from fxkit.runtime.ops.dims import normalize_dim
+from fxkit.runtime.ops.indexing import _along, _check_bounds, along_layout, getitem, torch_index
+from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
+
+
+# -- scatter_add, index_add ---------------------------------------------------------
+def _same_dtype(name, a, src, what):
+    if dtype_of(a) is not dtype_of(src):
+        raise DTypeError(f"{name}: expected self.dtype to be equal to {what}.dtype, got {dtype_of(a).name} and "
+                         f"{dtype_of(src).name}; cast {what} with .to({dtype_of(a).name})")
+
+
+def _scatter_add_rule(a, dim, index, src):
+    along_layout("scatter_add", tuple(a.shape), dim, index, tuple(src.shape))
+    _same_dtype("scatter_add", a, src, "src")
+    return TensorMeta(tuple(a.shape), a.dtype, a.device)
+
+
+@op("scatter_add", kind="other", shape_rule=_scatter_add_rule)
+def scatter_add(xp, a, dim, index, src):
+    """A copy of ``a`` with ``out[i][index[i][j]] += src[i][j]`` for ``dim=1``; repeated
+    indices add up. Only the leading ``index.shape`` block of ``src`` is read.
+
+    Example:
+        >>> fxkit.zeros(3).scatter_add(0, fxkit.tensor([0, 0, 2]), fxkit.ones(3))
+        tensor([2., 0., 1.])
+    """
+    d = along_layout("scatter_add", a.shape, dim, index, src.shape)
+    _same_dtype("scatter_add", a, src, "src")
+    shape = a.shape
+    if a.ndim == 0 or index.ndim == 0:
+        a, index, src = a.reshape(-1), index.reshape(-1), src.reshape(-1)
+    _check_bounds("scatter_add", index, d, a.shape[d])
+    out = a.copy()
+    xp.add.at(out, _along(xp, index, d), src[tuple(slice(0, s) for s in index.shape)])
+    return out.reshape(shape)
+
+
+def _index_add_layout(a, dim, index, source):
+    require_integer("index_add", index, "index")
+    if len(index.shape) > 1:
+        raise ShapeError(f"index_add: index must be a vector (0-d or 1-d), got shape {shown(index.shape)}")
+    d = normalize_dim(dim, len(a.shape), "index_add")
+    count = math.prod(index.shape)
+    expected = tuple(a.shape[:d]) + (count,) + tuple(a.shape[d + 1:]) if len(a.shape) else ()
+    if len(source.shape) != len(expected) or any(isinstance(x, int) and isinstance(y, int) and x != y
+                                                  for x, y in zip(source.shape, expected)):
+        raise ShapeError(f"index_add: source of shape {shown(source.shape)} does not fit: expected {shown(expected)} "
+                         f"(self {shown(a.shape)} with dimension {d} of the index's length {count})")
+    _same_dtype("index_add", a, source, "source")
+    return d
+
+
+def _index_add_rule(a, dim, index, source, alpha=1):
+    _index_add_layout(a, dim, index, source)
+    return TensorMeta(tuple(a.shape), a.dtype, a.device)
+
+
+@op("index_add", kind="other", shape_rule=_index_add_rule)
+def index_add(xp, a, dim, index, source, alpha=1):
+    """A copy of ``a`` with ``alpha * source`` added at positions ``index`` (a vector) along
+    ``dim``; repeated indices add up.
+
+    Example:
+        >>> fxkit.zeros(3, 2).index_add(0, fxkit.tensor([2, 2]), fxkit.ones(2, 2))
+        tensor([[0., 0.], [0., 0.], [2., 2.]])
+    """
+    d = _index_add_layout(a, dim, index, source)
+    shape = a.shape
+    if a.ndim == 0:
+        a, source = a.reshape(1), source.reshape(1)
+    index = index.reshape(-1)
+    _check_bounds("index_add", index, d, a.shape[d])
+    out = a.copy()
+    xp.add.at(out, (slice(None),) * d + (index,), source if alpha == 1 else source * alpha)
+    return out.reshape(shape)
+
+
+# -- getitem_backward -----------------------------------------------------------------
+def _getitem_backward_rule(grad, shape, index):
+    return TensorMeta(tuple(shape), grad.dtype, grad.device)
+
+
+@op("getitem_backward", kind="other", shape_rule=_getitem_backward_rule, method=False)
+def getitem_backward(xp, grad, shape, index):
+    """Zeros of ``shape`` with ``grad`` added where ``x[index]`` reads (the adjoint of
+    ``getitem``); elements an advanced index picks several times get every contribution."""
+    out = xp.zeros(tuple(shape), grad.dtype)
+    first, second = torch_index(index, len(shape))
+    if second is None and not any(_advanced(i) for i in first):
+        out[first] += grad  # basic indexing: a view, each element once
+        return out
+    # Where each element of x[index] comes from, by the forward op itself: the same rules exactly.
+    positions = getitem.impl(xp, xp.arange(out.size).reshape(out.shape), index)
+    xp.add.at(out.reshape(-1), positions.reshape(-1), grad.reshape(-1))
+    return out
+
+
+def _advanced(i):
+    return not (type(i) is int or type(i) is slice or i is None or i is Ellipsis)
+
+
+# -- conv2d_weight_grad ------------------------------------------------------------------
+def conv_pads(padding, kernel, dilation, name="conv2d"):
+    """``((top, bottom), (left, right))`` of a convolution's ``padding`` argument
+    (an int, a pair, ``'valid'`` or ``'same'``, which pads the odd extra after)."""
+    if padding == "valid":
+        return ((0, 0), (0, 0))
+    if padding == "same":
+        return tuple((d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation))
+    return tuple((p, p) for p in ntuple(padding, 2, name, "padding"))
+
+
+def _weight_grad_rule(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
+    require_float("conv2d_weight_grad", input)
+    return TensorMeta(tuple(weight_size), input.dtype, input.device)
+
+
+@op("conv2d_weight_grad", kind="conv", shape_rule=_weight_grad_rule, method=False)
+def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
+    """The gradient of ``conv2d(input, weight, ...)`` with respect to its weight, given the
+    output's gradient (``torch.nn.grad.conv2d_weight``): im2col of the input and one
+    batched matrix product, the same formulation as the forward.
+
+    Args:
+        input: ``(N, C, H, W)``.
+        weight_size: the weight's shape ``(out_channels, C / groups, kH, kW)``.
+        grad_output: ``(N, out_channels, OH, OW)``.
+        stride, padding, dilation, groups: the forward convolution's.
+    """
+    check_rank("conv2d_weight_grad", input.shape, 4)
+    if _dt.from_numpy(input.dtype) is not _dt.from_numpy(grad_output.dtype):
+        raise DTypeError(f"conv2d_weight_grad: input ({input.dtype}) and grad_output ({grad_output.dtype}) must "
+                         f"have the same dtype")
+    oc, cg, kh, kw = weight_size
+    (sh, sw), (dh, dw) = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
+    (pt, pb), (pl, pr) = conv_pads(padding, (kh, kw), (dh, dw))
+    x = pad2d(xp, input, pt, pb, pl, pr) if pt or pb or pl or pr else input
+    n, oh, ow = grad_output.shape[0], grad_output.shape[2], grad_output.shape[3]
+    g, k = groups, cg * kh * kw
+    if grad_output.shape[1] != oc or x.shape[1] != cg * g:
+        raise ShapeError(f"conv2d_weight_grad: grad_output {shown(grad_output.shape)} and input {shown(input.shape)} "
+                         f"do not fit a weight of shape {shown(weight_size)} with groups={groups}")
+    s_n, s_c, s_h, s_w = x.strides
+    cols = xp.lib.stride_tricks.as_strided(
+        x, (g, cg, kh, kw, n, oh, ow), (cg * s_c, s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))
+    cols = cols.reshape(g, k, n * oh * ow)
+    gmat = grad_output.reshape(n, g, oc // g, oh * ow).transpose(1, 2, 0, 3).reshape(g, oc // g, n * oh * ow)
+    return xp.matmul(gmat, cols.transpose(0, 2, 1)).reshape(oc, cg, kh, kw)

@@ -1,0 +1,168 @@
+"""Derivative rules of convolutions, pooling and interpolation.
+
+conv2d's input gradient is a transposed convolution of the output's gradient
+(col2im on BLAS) cropped to the input, its weight gradient ``conv2d_weight_grad``
+(im2col and one matrix product, as the forward); conv1d runs through them
+with a height of one, conv_transpose2d swaps the two roles. max_pool2d sends
+each gradient to the input element it picked, by the indices a recording
+forward keeps. avg_pool2d spreads each gradient over its window (a
+transposed convolution with a kernel of ones). adaptive_avg_pool2d and
+interpolate are separable linear maps ``R @ x @ C``; their gradient applies
+the transposes, which the op itself computes when run on identity images.
+"""
+from fxkit.runtime.autograd.backward_ops import conv_pads
+from fxkit.runtime.autograd.function import defgrad
+from fxkit.runtime.ops.conv import ntuple
+from fxkit.runtime.registry import get_op
+
+_arange = get_op("arange")
+_avg_pool2d = get_op("avg_pool2d")
+_adaptive_avg_pool2d = get_op("adaptive_avg_pool2d")
+_conv2d = get_op("conv2d")
+_conv_transpose2d = get_op("conv_transpose2d")
+_interpolate = get_op("interpolate")
+_ones = get_op("ones")
+_pad = get_op("pad")
+_scatter_add = get_op("scatter_add")
+_weight_grad = get_op("conv2d_weight_grad")
+_zeros = get_op("zeros")
+
+
+def _crop(x, top, left, height, width):
+    """Rows ``top..top+height`` and columns ``left..left+width`` of ``x``, zeros where
+    they reach past its end (pad with negative amounts crops)."""
+    h, w = x.shape[-2:]
+    amounts = [-left, left + width - w, -top, top + height - h]
+    return _pad(x, amounts) if any(amounts) else x
+
+
+def _conv2d_grads(ctx, g, x, weight, needs_x, needs_w, stride, padding, dilation, groups):
+    """Input and weight gradients of a batched conv2d."""
+    stride, dilation = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
+    gx = gw = None
+    if needs_x:
+        (top, _), (left, _) = conv_pads(padding, tuple(weight.shape[2:]), dilation)
+        full = _conv_transpose2d(g, weight, None, stride, 0, 0, groups, dilation)
+        gx = _crop(full, top, left, x.shape[-2], x.shape[-1])
+    if needs_w:
+        gw = _weight_grad(x, tuple(weight.shape), g, stride, padding, dilation, groups)
+    return gx, gw
+
+
+@defgrad("conv2d", saves=("input", "weight"))
+def _conv2d_grad(ctx, g, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    batched = input.ndim == 4
+    x, g4 = (input, g) if batched else (input.unsqueeze(0), g.unsqueeze(0))
+    gx, gw = _conv2d_grads(ctx, g4, x, weight, ctx.needs(input), ctx.needs(weight), stride, padding, dilation,
+                           groups)
+    if gx is not None and not batched:
+        gx = gx.squeeze(0)
+    gb = g4.sum((0, 2, 3)) if bias is not None and ctx.needs(bias) else None
+    return gx, gw, gb
+
+
+@defgrad("conv1d", saves=("input", "weight"))
+def _conv1d_grad(ctx, g, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    batched = input.ndim == 3
+    x = (input if batched else input.unsqueeze(0)).unsqueeze(2)
+    g4 = (g if batched else g.unsqueeze(0)).unsqueeze(2)
+    if not isinstance(padding, str):
+        padding = (0, ntuple(padding, 1, "conv1d", "padding")[0])
+    gx, gw = _conv2d_grads(ctx, g4, x, weight.unsqueeze(2), ctx.needs(input), ctx.needs(weight),
+                           (1, ntuple(stride, 1, "conv1d", "stride")[0]), padding,
+                           (1, ntuple(dilation, 1, "conv1d", "dilation")[0]), groups)
+    if gx is not None:
+        gx = gx.squeeze(2) if batched else gx.squeeze(2).squeeze(0)
+    gb = g4.sum((0, 2, 3)) if bias is not None and ctx.needs(bias) else None
+    return gx, (gw.squeeze(2) if gw is not None else None), gb
+
+
+@defgrad("conv_transpose2d", saves=("input", "weight"))
+def _conv_transpose2d_grad(ctx, g, input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                           dilation=1):
+    batched = input.ndim == 4
+    x, g4 = (input, g) if batched else (input.unsqueeze(0), g.unsqueeze(0))
+    h, w = x.shape[-2:]
+    gx = gw = None
+    if ctx.needs(input) or ctx.needs(weight):
+        # conv2d with the same weight is the adjoint; its output may be longer than the input
+        # when output_padding >= stride: those rows saw no input, so x extends with zeros.
+        back = _conv2d(g4, weight, None, stride, padding, dilation, groups)
+        if ctx.needs(input):
+            gx = _crop(back, 0, 0, h, w)
+            gx = gx if batched else gx.squeeze(0)
+        if ctx.needs(weight):
+            gw = _weight_grad(g4, tuple(weight.shape), _crop(x, 0, 0, back.shape[-2], back.shape[-1]), stride,
+                              padding, dilation, groups)
+    gb = g4.sum((0, 2, 3)) if bias is not None and ctx.needs(bias) else None
+    return gx, gw, gb
+
+
+def _max_pool_forward(op, args, kwargs):
+    """Record max_pool2d with its indices (kept for backward) whether or not they were asked for."""
+    kwargs = dict(kwargs)
+    wanted = kwargs.pop("return_indices", args[6] if len(args) > 6 else False)
+    values, indices = op(*args[:6], return_indices=True, **kwargs)
+    return ((values, indices) if wanted else values), indices
+
+
+@defgrad("max_pool2d", forward=_max_pool_forward)
+def _max_pool2d(ctx, g, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                return_indices=False):
+    values = g[0] if return_indices else g
+    lead = tuple(input.shape[:-2])
+    outputs = lead + (values.shape[-2] * values.shape[-1],)
+    planes = _zeros(lead + (input.shape[-2] * input.shape[-1],), dtype=values.dtype, device=values.device)
+    spread = _scatter_add(planes, -1, ctx.extra.reshape(outputs), values.reshape(outputs))
+    return spread.reshape(tuple(input.shape))
+
+
+@defgrad("avg_pool2d")
+def _avg_pool2d_grad(ctx, g, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                     divisor_override=None):
+    kernel = ntuple(kernel_size, 2, "avg_pool2d", "kernel_size")
+    stride = kernel if stride is None or stride == () or stride == [] else ntuple(stride, 2, "avg_pool2d", "stride")
+    ph, pw = ntuple(padding, 2, "avg_pool2d", "padding")
+    h, w = input.shape[-2:]
+    oh, ow = g.shape[-2:]
+    if divisor_override is not None:
+        g = g / divisor_override
+    else:
+        # the divisor of every window, from the op itself: its sum of ones over the real
+        # input, and (with count_include_pad) that sum over its average
+        ones = _ones(1, 1, h, w, dtype=g.dtype, device=g.device)
+        count = _avg_pool2d(ones, kernel, stride, (ph, pw), ceil_mode, True, 1)
+        divisor = count / _avg_pool2d(ones, kernel, stride, (ph, pw), ceil_mode, True) if count_include_pad else count
+        g = g / divisor.reshape(oh, ow)
+    spread = _conv_transpose2d(g.reshape(-1, 1, oh, ow), _ones(1, 1, *kernel, dtype=g.dtype, device=g.device),
+                               None, stride)
+    return _crop(spread, ph, pw, h, w).reshape(tuple(input.shape))
+
+
+def _separable_adjoint(g, input, apply):
+    """The gradient of a per-image linear map ``out = R @ x @ C`` that ``apply`` computes:
+    ``R^T @ g @ C^T``, where ``R^T`` and ``C`` are ``apply`` run on identity images (each
+    row of C sums to 1 for the resizes here, so one axis does not disturb the other)."""
+    h, w = input.shape[-2:]
+    dev, dtype = g.device, g.dtype
+    rows = _eye(h, dtype, dev).reshape(h, 1, h, 1).expand(h, 1, h, w)
+    cols = _eye(w, dtype, dev).reshape(w, 1, 1, w).expand(w, 1, h, w)
+    r_t = apply(rows)[:, 0, :, 0]  # (H, OH)
+    c = apply(cols)[:, 0, 0, :]  # (W, OW)
+    return r_t.matmul(g.matmul(c.t()))
+
+
+def _eye(n, dtype, device):
+    return (_arange(n, device=device).unsqueeze(1) == _arange(n, device=device)).to(dtype)
+
+
+@defgrad("adaptive_avg_pool2d")
+def _adaptive_avg_pool2d_grad(ctx, g, input, output_size):
+    return _separable_adjoint(g, input, lambda images: _adaptive_avg_pool2d(images, output_size))
+
+
+@defgrad("interpolate")
+def _interpolate_grad(ctx, g, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                      recompute_scale_factor=None):
+    return _separable_adjoint(g, input, lambda images: _interpolate(images, size, scale_factor, mode, align_corners,
+                                                                    recompute_scale_factor))

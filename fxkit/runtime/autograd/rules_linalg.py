@@ -1,0 +1,117 @@
+"""Derivative rules of matmul, mm, bmm, linear, addmm, baddbmm and einsum.
+
+Every gradient is again a matrix product on BLAS; broadcast batch dims are
+summed by the engine (`conform`). einsum's gradient of an operand is an
+einsum of the output's gradient with the other operands, then spread over
+the letters only that operand has (expand) and onto its diagonals (repeated
+letters, through identity matrices).
+"""
+import string
+
+from fxkit.runtime.autograd.function import defgrad
+from fxkit.runtime.ops.einsum_plan import cached_plan
+from fxkit.runtime.ops.linalg import _einsum_operands
+from fxkit.runtime.registry import get_op
+
+_einsum = get_op("einsum")
+_arange = get_op("arange")
+
+
+def _mT(x):
+    return x.transpose(-1, -2)
+
+
+@defgrad("matmul", saves=("a", "b"))
+def _matmul(ctx, g, a, b):
+    if a.ndim == 1 and b.ndim == 1:
+        return (g * b if ctx.needs(a) else None), (g * a if ctx.needs(b) else None)
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+    g2 = g.unsqueeze(-2) if a.ndim == 1 else g
+    g2 = g2.unsqueeze(-1) if b.ndim == 1 else g2
+    ga = gb = None
+    if ctx.needs(a):
+        ga = g2.matmul(_mT(b2))
+        ga = ga.squeeze(-2) if a.ndim == 1 else ga
+    if ctx.needs(b):
+        gb = _mT(a2).matmul(g2)
+        gb = gb.squeeze(-1) if b.ndim == 1 else gb
+    return ga, gb
+
+
+@defgrad("mm", saves=("a", "b"))
+def _mm(ctx, g, a, b):
+    return (g.mm(b.t()) if ctx.needs(a) else None), (a.t().mm(g) if ctx.needs(b) else None)
+
+
+@defgrad("bmm", saves=("a", "b"))
+def _bmm(ctx, g, a, b):
+    return (g.bmm(_mT(b)) if ctx.needs(a) else None), (_mT(a).bmm(g) if ctx.needs(b) else None)
+
+
+@defgrad("linear", saves=("x", "weight"))
+def _linear(ctx, g, x, weight, bias=None):
+    gx = gw = None
+    if weight.ndim == 1:  # out = x @ weight, one output feature and no feature dim
+        g1 = g.unsqueeze(-1)
+        return (g1 * weight if ctx.needs(x) else None), (g1 * x if ctx.needs(weight) else None), g
+    if ctx.needs(x):
+        gx = g.matmul(weight)
+    if ctx.needs(weight):
+        out_features, in_features = weight.shape
+        gw = g.reshape(-1, out_features).t().mm(x.reshape(-1, in_features))
+    return gx, gw, g
+
+
+@defgrad("addmm", saves=("a", "b"))
+def _addmm(ctx, g, inp, a, b, *, beta=1, alpha=1):
+    ginp = g * beta if ctx.needs(inp) else None
+    ga = g.mm(b.t()) * alpha if ctx.needs(a) else None
+    gb = a.t().mm(g) * alpha if ctx.needs(b) else None
+    return ginp, ga, gb
+
+
+@defgrad("baddbmm", saves=("a", "b"))
+def _baddbmm(ctx, g, inp, a, b, *, beta=1, alpha=1):
+    ginp = g * beta if ctx.needs(inp) else None
+    ga = g.bmm(_mT(b)) * alpha if ctx.needs(a) else None
+    gb = _mT(a).bmm(g) * alpha if ctx.needs(b) else None
+    return ginp, ga, gb
+
+
+@defgrad("einsum", saves=("operands",))
+def _einsum_grad(ctx, g, equation, *operands):
+    listed = len(operands) == 1 and type(operands[0]) in (list, tuple)
+    ops = _einsum_operands(operands)
+    plan = cached_plan(equation, tuple(tuple(o.shape) for o in ops))
+    grads = [_operand_grad(g, plan, ops, i) if ctx.needs(o) else None for i, o in enumerate(ops)]
+    return None, ([grads] if listed else grads)
+
+
+def _operand_grad(g, plan, ops, i):
+    """The gradient of einsum operand ``i`` (see the module docstring)."""
+    term, shape = plan.terms[i], tuple(ops[i].shape)
+    others = [(plan.output, g)] + [(t, o) for j, (t, o) in enumerate(zip(plan.terms, ops)) if j != i]
+    seen = set("".join(t for t, _ in others))
+    unique = "".join(dict.fromkeys(term))
+    size = {c: shape[term.index(c)] for c in unique}
+    # letters the others carry at the operand's size; a size-1 (broadcast) letter sums away
+    kept = "".join(c for c in unique if c in seen and not (size[c] == 1 and plan.sizes[c] != 1))
+    grad = _einsum(",".join(t for t, _ in others) + "->" + kept, *[o for _, o in others])
+    grad = grad.reshape(tuple(grad.shape[kept.index(c)] if c in kept else 1 for c in unique))
+    grad = grad.expand(tuple(size[c] for c in unique))
+    if unique == term:
+        return grad
+    # repeated letters: the gradient lies on the diagonal, spread there by identity matrices
+    fresh = iter(c for c in string.ascii_letters if c not in term)
+    target, eyes, spec = [], [], [unique]
+    for k, c in enumerate(term):
+        if c in term[:k]:
+            f = next(fresh)
+            target.append(f)
+            spec.append(c + f)
+            n = size[c]
+            eyes.append((_arange(n, device=g.device).unsqueeze(1) == _arange(n, device=g.device)).to(g.dtype))
+        else:
+            target.append(c)
+    return _einsum(",".join(spec) + "->" + "".join(target), grad, *eyes)

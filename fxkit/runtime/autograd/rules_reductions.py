@@ -1,0 +1,175 @@
+"""Derivative rules of the reductions and the exp-sum family (PyTorch's formulas).
+
+Values picked by max/min with a ``dim`` send their gradient to the saved
+indices; whole-tensor max/min and amax/amin share it equally among ties,
+as PyTorch does.
+"""
+import math
+
+from fxkit.runtime.autograd.function import defgrad
+from fxkit.runtime.ops.dims import normalize_dims, single_dim
+from fxkit.runtime.ops.reductions import _ddof, _norm_dims
+from fxkit.runtime.ops.softmax import softmax_dim
+from fxkit.runtime.registry import get_op
+from fxkit.runtime.tensor import Tensor
+
+_where = get_op("where")
+_zeros = get_op("zeros")
+_zeros_like = get_op("zeros_like")
+
+
+def unreduce(g, shape, dim, keepdim):
+    """``g``, the result of reducing a tensor of ``shape`` over ``dim``, broadcast back to ``shape``."""
+    if not keepdim:
+        axes = normalize_dims(dim, len(shape), "backward")
+        g = g.reshape(tuple(1 if axes is None or i in axes else n for i, n in enumerate(shape)))
+    return g.expand(tuple(shape))
+
+
+def reduced_count(shape, dim):
+    """How many elements of a tensor of ``shape`` each value of a reduction over ``dim`` reads."""
+    axes = normalize_dims(dim, len(shape), "backward")
+    return math.prod(shape) if axes is None else math.prod(shape[i] for i in axes)
+
+
+@defgrad("sum")
+def _sum(ctx, g, a, dim=None, keepdim=False, dtype=None):
+    return unreduce(g, a.shape, dim, keepdim)
+
+
+@defgrad("mean")
+def _mean(ctx, g, a, dim=None, keepdim=False, dtype=None):
+    return unreduce(g, a.shape, dim, keepdim) / reduced_count(a.shape, dim)
+
+
+@defgrad("prod", saves=("a",))
+def _prod(ctx, g, a, dim=None, keepdim=False, dtype=None):
+    # Exact with zeros: an element's gradient is the product of the others.
+    zero = a == 0
+    nonzero = _where(zero, 1.0, a)
+    others = nonzero.prod(dim, True) if dim is not None else nonzero.prod().reshape((1,) * a.ndim)
+    zeros = zero.sum(dim, True) if dim is not None else zero.sum().reshape((1,) * a.ndim)
+    factor = _where(zero, _where(zeros == 1, others, 0.0), _where(zeros == 0, others / nonzero, 0.0))
+    return unreduce(g, a.shape, dim, keepdim) * factor
+
+
+def _ties(g, a, out, dim, keepdim):
+    """``g`` shared equally among the elements of ``a`` equal to their reduction ``out``."""
+    picked = (a == unreduce(out, a.shape, dim, keepdim)).to(g.dtype)
+    count = picked.sum(dim, True) if normalize_dims(dim, a.ndim, "backward") is not None else picked.sum()
+    return unreduce(g, a.shape, dim, keepdim) * picked / unreduce(count, a.shape, dim, True)
+
+
+def _extremum_rule(name):
+    @defgrad(name, saves=("a", "dim", "other"), out=True)
+    def rule(ctx, g, a, dim=None, keepdim=False, *, other=None):
+        if other is not None or isinstance(dim, Tensor):
+            b = dim if other is None else other
+            wins = (a > b) if name == "max" else (a < b)
+            share = (a == b).to(g.dtype) * 0.5 + wins.to(g.dtype)
+            gb = g - g * share
+            return g * share, (gb if other is None else None), None, (gb if other is not None else None)
+        if dim is None:
+            return _ties(g, a, ctx.out, None, False)
+        values, indices = g[0], ctx.out[1]
+        if a.ndim == 0:
+            return values
+        d = single_dim(dim, a.ndim, name)
+        if not keepdim:
+            values, indices = values.unsqueeze(d), indices.unsqueeze(d)
+        return _zeros(a.shape, dtype=values.dtype, device=values.device).scatter(d, indices, values)
+
+    return rule
+
+
+_extremum_rule("max")
+_extremum_rule("min")
+
+
+def _amax_rule(name):
+    @defgrad(name, saves=("a",), out=True)
+    def rule(ctx, g, a, dim=(), keepdim=False):
+        return _ties(g, a, ctx.out, dim, keepdim)
+
+    return rule
+
+
+_amax_rule("amax")
+_amax_rule("amin")
+
+
+@defgrad("cumsum")
+def _cumsum(ctx, g, a, dim, dtype=None):
+    if a.ndim == 0:
+        return g
+    return g.flip(dim).cumsum(dim).flip(dim)
+
+
+def _variance_grad(a, dim, unbiased, correction, name):
+    """``(a - mean, reduced dim, N - correction)`` of ``var``/``std`` with these arguments."""
+    dim, ddof = _ddof(name, dim, unbiased, correction)
+    centered = a - a.mean(dim, True) if normalize_dims(dim, a.ndim, name) is not None else a - a.mean()
+    return centered, dim, reduced_count(a.shape, dim) - ddof
+
+
+@defgrad("var", saves=("a",))
+def _var(ctx, g, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    centered, dim, n = _variance_grad(a, dim, unbiased, correction, "var")
+    return unreduce(g, a.shape, dim, keepdim) * centered * (2.0 / n)
+
+
+@defgrad("std", saves=("a",), out=True)
+def _std(ctx, g, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    centered, dim, n = _variance_grad(a, dim, unbiased, correction, "std")
+    std = unreduce(ctx.out, a.shape, dim, keepdim)
+    return _where(std == 0, 0.0, unreduce(g, a.shape, dim, keepdim) * centered / (std * n))
+
+
+@defgrad("norm", saves=("a",), out=True)
+def _norm(ctx, g, a, p="fro", dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        a = a.to(dtype)
+    axes = _norm_dims(p, dim, a.ndim)
+    out = ctx.out
+    if p == "nuc":
+        return _nuclear(g, a, axes, keepdim)
+    p = 2 if p in ("fro", None) else p
+    if p == 0:
+        return _zeros_like(a)
+    if p in (math.inf, -math.inf):
+        return _ties(g, a.abs(), out, axes, keepdim) * a.sign()
+    gout = unreduce(g, a.shape, axes, keepdim)
+    norm = unreduce(out, a.shape, axes, keepdim)
+    if p == 1:
+        return gout * a.sign()
+    if p == 2:
+        return _where(norm == 0, 0.0, gout * a / norm)
+    return _where(norm == 0, 0.0, gout * a * a.abs() ** (p - 2) / norm ** (p - 1))
+
+
+def _nuclear(g, a, axes, keepdim):
+    """d(sum of singular values)/da = U V^T, moved back to ``axes``."""
+    # NOTE: no SVD op in the registry; this rule computes it with the array module directly.
+    xp = a.device.xp
+    matrices = xp.moveaxis(a._data, axes, (-2, -1))
+    u, _, vh = xp.linalg.svd(matrices, full_matrices=False)
+    grad = Tensor._make(xp.moveaxis(xp.matmul(u, vh), (-2, -1), axes), a.device)
+    return grad * unreduce(g, a.shape, axes, keepdim)
+
+
+@defgrad("softmax", out=True)
+def _softmax(ctx, g, a, dim=None, dtype=None):
+    d = softmax_dim(dim, a.ndim)
+    out = ctx.out
+    return out * (g - (g * out).sum(d, True))
+
+
+@defgrad("log_softmax", out=True)
+def _log_softmax(ctx, g, a, dim=None, dtype=None):
+    d = softmax_dim(dim, a.ndim)
+    return g - ctx.out.exp() * g.sum(d, True)
+
+
+@defgrad("logsumexp", saves=("a",), out=True)
+def _logsumexp(ctx, g, a, dim, keepdim=False):
+    return unreduce(g, a.shape, dim, keepdim) * (a - unreduce(ctx.out, a.shape, dim, keepdim)).exp()

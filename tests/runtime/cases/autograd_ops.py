@@ -1,0 +1,119 @@
+"""Cases for fxkit/runtime/autograd/backward_ops.py: scatter_add, index_add,
+getitem_backward, conv2d_weight_grad (the ops derivative rules are built from)."""
+import numpy as np
+
+from tests.runtime.opcheck import case, randf, randi, torch_ref
+
+
+def _torch(name):
+    def call(*args, **kwargs):
+        import torch
+
+        return getattr(torch, name)(*args, **kwargs)
+
+    return torch_ref(call)
+
+
+def _scatter_add_ref(a, dim, index, src):
+    out = a.copy()
+    d = dim % a.ndim
+    grid = list(np.indices(index.shape))
+    grid[d] = index
+    np.add.at(out, tuple(grid), src[tuple(slice(0, s) for s in index.shape)])
+    return out
+
+
+def _index_add_ref(a, dim, index, source, alpha=1):
+    out = np.moveaxis(a.copy(), dim, 0)
+    np.add.at(out, index, np.moveaxis(source, dim, 0) * alpha)
+    return np.moveaxis(out, 0, dim)
+
+
+# -- scatter_add: repeated indices add up ----------------------------------------------------
+case("scatter_add", lambda r: ((randf(r, 3, 5), 1, randi(r, 3, 4, low=0, high=5), randf(r, 3, 4)), {}),
+     _scatter_add_ref, id="dim1_repeats")
+case("scatter_add", lambda r: ((randf(r, 4, 3), 0, randi(r, 2, 3, low=0, high=4), randf(r, 5, 3)), {}),
+     _scatter_add_ref, id="dim0_src_larger")
+case("scatter_add", lambda r: ((randf(r, 2, 3, 4), -1, randi(r, 2, 3, 6, low=0, high=4), randf(r, 2, 3, 6)), {}),
+     _scatter_add_ref, id="negative_dim")
+case("scatter_add", lambda r: ((randf(r, 3, 5, dtype=np.float64), 1, randi(r, 3, 2, low=0, high=5),
+                                randf(r, 3, 2, dtype=np.float64)), {}), _scatter_add_ref, id="float64")
+case("scatter_add", lambda r: ((randf(r, 3, 5), 1, randi(r, 3, 4, low=0, high=5), randf(r, 3, 4)), {}),
+     _torch("scatter_add"), id="torch")
+
+# -- index_add ---------------------------------------------------------------------------------
+case("index_add", lambda r: ((randf(r, 5, 3), 0, np.array([4, 0, 4, 2]), randf(r, 4, 3)), {}), _index_add_ref,
+     id="dim0_repeats")
+case("index_add", lambda r: ((randf(r, 2, 6), 1, np.array([5, 1, 1]), randf(r, 2, 3)), {"alpha": 2.5}),
+     _index_add_ref, id="dim1_alpha")
+case("index_add", lambda r: ((randf(r, 2, 6), -1, np.array([5, 1, 1]), randf(r, 2, 3)), {}), _index_add_ref,
+     id="negative_dim")
+case("index_add", lambda r: ((randf(r, 5, 3), 0, np.array([4, 0, 4, 2]), randf(r, 4, 3)), {"alpha": -1.0}),
+     _torch("index_add"), id="torch")
+
+
+# -- getitem_backward: the adjoint of indexing ------------------------------------------------
+def _adjoint_ref(grad, shape, index):
+    positions = np.arange(int(np.prod(shape))).reshape(shape)[index]
+    out = np.zeros(int(np.prod(shape)), grad.dtype)
+    np.add.at(out, positions.reshape(-1), grad.reshape(-1))
+    return out.reshape(shape)
+
+
+case("getitem_backward", lambda r: ((randf(r, 2, 3), (4, 3), slice(1, 3)), {}), _adjoint_ref, id="slice")
+case("getitem_backward", lambda r: ((randf(r, 3), (4, 3), 2), {}), _adjoint_ref, id="int")
+case("getitem_backward", lambda r: ((randf(r, 3, 3), (4, 3), np.array([0, 0, 2])), {}), _adjoint_ref,
+     id="repeated_rows_add_up")
+case("getitem_backward", lambda r: ((randf(r, 2), (3, 4), (np.array([1, 1]), np.array([2, 2]))), {}), _adjoint_ref,
+     id="repeated_elements")
+case("getitem_backward", lambda r: ((randf(r, 5), (2, 4), np.array([[True, False, True, True],
+                                                                    [False, True, False, True]])), {}),
+     _adjoint_ref, id="bool_mask")
+case("getitem_backward", lambda r: ((randf(r, 2, 3), (2, 3, 4), (Ellipsis, 1)), {}), _adjoint_ref, id="ellipsis")
+
+
+def _torch_adjoint(grad, shape, index):
+    import torch
+
+    x = torch.zeros(shape, dtype=grad.dtype, requires_grad=True)
+    with torch.enable_grad():
+        x[index].backward(grad)
+    return x.grad
+
+
+# PyTorch's rule for an integer next to an advanced index (the select applies first)
+case("getitem_backward", lambda r: ((randf(r, 3, 6), (5, 6, 7), (0, slice(None), np.array([1, 1, 3]))), {}),
+     torch_ref(_torch_adjoint), id="int_and_advanced_torch")
+
+
+# -- conv2d_weight_grad --------------------------------------------------------------------------
+def _weight_grad_ref(x, weight_size, g, stride=1, padding=0, dilation=1, groups=1):
+    oc, cg, kh, kw = weight_size
+    x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    out = np.zeros(weight_size)
+    ocg = oc // groups
+    oh, ow = g.shape[2:]
+    for o in range(oc):
+        grp = o // ocg
+        for i in range(kh):
+            for j in range(kw):
+                rows = x[:, grp * cg:(grp + 1) * cg, i * dilation:i * dilation + (oh - 1) * stride + 1:stride,
+                         j * dilation:j * dilation + (ow - 1) * stride + 1:stride]
+                out[o, :, i, j] = np.einsum("nchw,nhw->c", rows, g[:, o])
+    return out
+
+
+def _weight_grad_torch(x, weight_size, g, stride=1, padding=0, dilation=1, groups=1):
+    import torch
+
+    return torch.nn.grad.conv2d_weight(x, weight_size, g, stride, padding, dilation, groups)
+
+
+for _ref, _tag in ((_weight_grad_ref, ""), (torch_ref(_weight_grad_torch), "_torch")):
+    case("conv2d_weight_grad", lambda r: ((randf(r, 2, 3, 7, 7), (4, 3, 3, 3), randf(r, 2, 4, 5, 5)), {}), _ref,
+         id="basic" + _tag, rtol=1e-4, atol=1e-5)
+    case("conv2d_weight_grad", lambda r: ((randf(r, 2, 4, 9, 8), (6, 2, 3, 3), randf(r, 2, 6, 3, 3)),
+                                          {"stride": 2, "padding": 1, "dilation": 2, "groups": 2}), _ref,
+         id="stride_padding_dilation_groups" + _tag, rtol=1e-4, atol=1e-5)
+    case("conv2d_weight_grad", lambda r: ((randf(r, 1, 2, 20, 20), (3, 2, 1, 1), randf(r, 1, 3, 20, 20)), {}), _ref,
+         id="pointwise" + _tag, rtol=1e-4, atol=1e-5)
