@@ -95,7 +95,7 @@ def bench_numpy_and_fxkit(quick):
 def bench_torch(quick):
     import torch
 
-    from tests.models.torch_reference import TorchResNet18
+    from tests.models.torch_reference import resnet18 as torch_resnet18
 
     torch.set_num_threads(os.cpu_count())
     rng = np.random.default_rng(0)
@@ -114,7 +114,7 @@ def bench_torch(quick):
         res["matmul 2048"] = per_call(lambda: ma @ mb, mt, 5)
         ci, cw = (torch.from_numpy(v) for v in data["conv"])
         res[LARGE[2]] = per_call(lambda: torch.nn.functional.conv2d(ci, cw, None, 1, 1), mt, 5)
-        model = TorchResNet18().eval()
+        model = torch_resnet18().eval()
         inp = torch.from_numpy(rng.standard_normal((8, 3, 64, 64)).astype(np.float32))
         res["resnet18 b8"] = per_call(lambda: model(inp), mt * 2, 5)
     return res

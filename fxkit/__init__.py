@@ -27,4 +27,6 @@ __version__ = "0.1.0"
 
 # The IR and the tracer sit above the runtime; the package top exports them (torch.fx's names).
 from fxkit.graph import Graph, GraphModule, Interpreter, Node, Transformer  # noqa: E402
+from fxkit.graph.draw import draw  # noqa: E402  (fxkit.draw(gm, "model.svg"))
 from fxkit.tracer import Proxy, Tracer, load, save, symbolic_trace, wrap  # noqa: E402
+from fxkit.backends import compile  # noqa: E402,A001  (fxkit.compile, like torch.compile)

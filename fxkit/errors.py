@@ -70,3 +70,13 @@ class AutogradError(FxkitError, RuntimeError):
 class PipelineError(FxkitError, RuntimeError):
     """A pipeline that cannot go on: a stage failed, or a peer process died, hung, or runs a
     different pipeline (wrong number of ranks)."""
+
+
+class ModelSpecError(FxkitError, ValueError):
+    """A model named on the command line (``package.module:factory``, ``file.py:Class`` or a zoo
+    name) that cannot be found, imported or built."""
+
+
+class MissingToolError(FxkitError, RuntimeError):
+    """An external program fxkit needs for a task (Graphviz's ``dot`` to render pictures) is not
+    installed; the message names the package providing it."""

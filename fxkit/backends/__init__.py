@@ -8,6 +8,18 @@ Importing a backend's module registers it.
 from fxkit.backends.backend import Backend, Lowered, backend_names, get_backend, register_backend
 from fxkit.backends.compile import CompiledModule, CompileStats, compile
 from fxkit.backends import numpy_backend  # noqa: F401  (registers "numpy")
+from fxkit.backends import numba_backend  # noqa: F401  (registers "numba" where numba is installed)
+from fxkit.runtime.ops.quantized_ops import register_quantized_engine
+
+
+def _numba_int8_kernels():
+    # NOTE: imported when the engine is chosen: numba takes a second to load.
+    from fxkit.backends import numba_int8
+
+    return numba_int8.KERNELS
+
+
+register_quantized_engine("numba", _numba_int8_kernels)  # set_quantized_engine("numba") picks it
 
 __all__ = ["Backend", "CompileStats", "CompiledModule", "Lowered", "backend_names", "compile", "get_backend",
            "register_backend"]

@@ -18,9 +18,17 @@ shapes, dtypes and devices):
   generated. ``specs`` holds one `TensorMeta` per input; every node's
   ``meta["tensor_meta"]`` is filled in.
 
-`fxkit.compile` does everything else: tracing, guards on each call, the cache
+`fxkit.compile` does everything else: tracing, guards on each call (inputs
+on a device outside ``Backend.device_types`` are refused there), the cache
 of specialisations, and Tensors in and out at the boundary. A backend never
 sees a Tensor.
+
+The numpy backend's pieces serve any backend generating Python over arrays:
+`fxkit.backends.memory_plan` (which calls run as one ufunc, ``ufunc_forms``;
+which dead buffer each writes into, ``plan_buffers``) and
+`fxkit.codegen.numpy_code.generate_array_code` (the straight-line function;
+its ``calls=`` runs chosen nodes as a backend's own kernels, its ``xp=``
+selects numpy or cupy).
 
 Backends register by name in one table::
 
@@ -93,7 +101,8 @@ class Backend(abc.ABC):
         Returns:
             A list of callables ``GraphModule -> GraphModule``.
         """
-        inference = not any(m.training for m in gm.modules())
+        # NOTE: constant folding bakes parameter values in: compiled code is for
+        # inference, and `CompiledModule` documents that weights are read at compile time.
         return [
             RemoveDropout(),
             FoldConvBN(),
@@ -101,8 +110,7 @@ class Backend(abc.ABC):
             RemoveDropout(),
             EliminateDeadCode(),
             EliminateCommonSubexpressions(),
-            # NOTE: folding bakes parameter values in; a training model's weights change between calls.
-            *([FoldConstants()] if inference else []),
+            FoldConstants(),
             EliminateDeadCode(),
         ]
 

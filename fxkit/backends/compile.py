@@ -28,7 +28,6 @@ Example:
     >>> compiled.stats
     CompileStats(compilations=1, cache_hits=0, seconds=0.02)
 """
-import itertools
 import linecache
 import time
 from dataclasses import dataclass
@@ -44,8 +43,6 @@ from fxkit.runtime.nn.module import Module
 from fxkit.runtime.tensor import Tensor
 from fxkit.tracer import symbolic_trace
 from fxkit.transforms import PassManager
-
-_FILE_NUMBERS = itertools.count()
 
 
 def compile(model, backend="numpy", example_inputs=None):  # noqa: A001  (fxkit.compile, like torch.compile)
@@ -96,8 +93,13 @@ class Specialization(NamedTuple):
     wrap: object
 
 
-class CompiledModule:
+class CompiledModule(Module):
     """A model compiled by `fxkit.compile`; call it like the model.
+
+    It is an `fxkit.nn.Module` holding the original model as ``_orig_mod``
+    (so ``parameters()`` and ``state_dict()`` are the model's). ``train()``,
+    ``eval()`` and ``to()`` reach the model and drop every specialisation:
+    the next call compiles for the new mode, dtype or device.
 
     Attributes:
         backend: the `Backend` generating the code.
@@ -107,14 +109,15 @@ class CompiledModule:
     """
 
     def __init__(self, model, backend="numpy", example_inputs=None):
+        super().__init__()
         self.backend = get_backend(backend)
-        if isinstance(model, GraphModule):
-            traced = model
-        else:
-            traced = symbolic_trace(model)
-        self._traced = traced
+        self._orig_mod = model if isinstance(model, Module) else None
+        self._function = None if isinstance(model, Module) else model
+        # NOTE: through __dict__: the trace is no submodule (its parameters are the model's).
+        self.__dict__["_traced"] = self._trace()
+        self.training = self._traced.training
         name = type(model).__name__ if isinstance(model, Module) else getattr(model, "__name__", "function")
-        placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+        placeholders = [n for n in self._traced.graph.nodes if n.op == "placeholder"]
         required = sum(1 for n in placeholders if not n.args)
         self._inputs = InputNames([n.name for n in placeholders], required, f"compiled {name}")
         self._cache = {}
@@ -126,6 +129,10 @@ class CompiledModule:
             self._check_spec_count(specs)
             self._signature = Signature(specs, self._inputs)
             self._last = self._specialize(spec_key(specs), specs)
+
+    def _trace(self):
+        model = self._orig_mod if self._orig_mod is not None else self._function
+        return model if isinstance(model, GraphModule) else symbolic_trace(model)
 
     def _check_spec_count(self, specs):
         inputs = self._inputs
@@ -151,6 +158,26 @@ class CompiledModule:
                 raise
             raise error from exc
         return entry.wrap(out)
+
+    forward = __call__
+
+    # -- changes to the model invalidate what was compiled for it -------------------------
+    def train(self, mode=True):
+        super().train(mode)
+        self._forget()
+        return self
+
+    def _apply(self, fn):
+        super()._apply(fn)
+        self._forget()
+        return self
+
+    def _forget(self):
+        """Drop every specialisation (the trace too: it baked the model's mode in)."""
+        if "_cache" in self.__dict__:  # not while Module.__init__ runs
+            self.__dict__["_traced"] = self._trace()
+            self._cache = {}
+            self._last = None
 
     def _select(self, args, key):
         """The specialisation for inputs whose key differs from the last call's (checks, then cache)."""

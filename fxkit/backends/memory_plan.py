@@ -16,8 +16,8 @@ Liveness is over *storage*, not values: a call that may return a view of its
 input (``view``, ``getitem``, ``transpose``, ``to``, anything not known to
 allocate) keeps its inputs' storage alive as long as it is alive itself, and
 storage reachable from the graph's output is never reused. Only storage the
-generated code allocated itself is ever reused: never a graph input, a
-parameter or a constant. A buffer the current op reads may be reused only
+generated code allocated itself is ever reused (results of ops that always
+allocate, see `allocates`): never a graph input, a parameter or a constant. A buffer the current op reads may be reused only
 when it is read directly (same array, same layout), so even a naive
 elementwise kernel may write element i after reading element i.
 
@@ -29,6 +29,7 @@ import inspect
 import math
 from typing import NamedTuple
 
+from fxkit.codegen.promotion import input_casts
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
@@ -68,8 +69,30 @@ def _forms():
 # is exactly this one ufunc call (same loop, same result), which can take ``out=``.
 UFUNC_FORMS = _forms()
 _FLOATS = frozenset(("float32", "float64"))
+# Op kinds whose results are new arrays, never their inputs or views of them ...
+_ALLOCATING_KINDS = frozenset(("elementwise", "matmul", "conv", "reduction"))
+# ... except these ops, which can return a view (numpy's einsum does for 'ij->ji').
+_MAY_RETURN_VIEWS = frozenset((get_op("einsum"),))
 _SCALARS = (int, float, bool)
 _DEFAULTS = {}
+
+
+def ufunc_forms(nodes):
+    """``{node: UfuncForm}`` for every call among ``nodes`` that runs as one ufunc (see `ufunc_form`)."""
+    forms = {}
+    for node in nodes:
+        if node.op == "call" and isinstance(node.target, Op):
+            form = ufunc_form(node, input_dtypes(node))
+            if form is not None:
+                forms[node] = form
+    return forms
+
+
+def input_dtypes(node):
+    """``{position: DType}`` of a call's positional tensor inputs after its op's dtype promotion."""
+    metas = [a.meta.get("tensor_meta") if hasattr(a, "meta") and hasattr(a, "op") else a for a in node.args]
+    casts = input_casts(node.target, metas)
+    return {i: casts.get(i, m.dtype) for i, m in enumerate(metas) if isinstance(m, TensorMeta)}
 
 
 def ufunc_form(node, input_dtypes):
@@ -105,12 +128,46 @@ def ufunc_form(node, input_dtypes):
     return form
 
 
-def _at_defaults(op, node, inputs):
-    """True when every argument of ``node`` after the first ``inputs`` equals the impl's default."""
+def allocates(node):
+    """True when ``node``'s result is one new array of at least one dimension (a storage of its own).
+
+    A call of a pure op of an allocating kind qualifies unless it asks to work
+    in place (``relu(x, inplace=True)`` returns ``x``).
+    """
+    op = node.target
+    if node.op != "call" or not isinstance(op, Op) or not op.pure or op.kind not in _ALLOCATING_KINDS:
+        return False
+    if op in _MAY_RETURN_VIEWS:
+        return False
+    result = node.meta.get("tensor_meta")
+    if not isinstance(result, TensorMeta) or not result.shape:
+        return False
+    return _argument(op, node, "inplace") is not True
+
+
+def _argument(op, node, name):
+    """The value ``node`` passes for the impl's parameter ``name`` (its default when not given)."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    names = [n for n, _ in _defaults(op)]
+    if name not in names:
+        return None
+    position = names.index(name)
+    return node.args[position] if position < len(node.args) else _defaults(op)[position][1]
+
+
+def _defaults(op):
+    """``[(parameter, default)]`` of ``op``'s impl after ``xp``."""
     defaults = _DEFAULTS.get(op)
     if defaults is None:
         params = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
         defaults = _DEFAULTS[op] = [(p.name, p.default) for p in params]
+    return defaults
+
+
+def _at_defaults(op, node, inputs):
+    """True when every argument of ``node`` after the first ``inputs`` equals the impl's default."""
+    defaults = _defaults(op)
     names = [name for name, _ in defaults]
     for position, value in enumerate(node.args[inputs:], start=inputs):
         if position >= len(defaults) or not _same(value, defaults[position][1]):
@@ -130,8 +187,8 @@ def plan_buffers(nodes, writers):
 
     Args:
         nodes: the graph's nodes in execution order.
-        writers: the nodes whose results are fresh arrays that can be written
-            into a buffer given to them (a set or dict).
+        writers: the nodes that can write their result into a buffer given to
+            them (a set or dict); their results are new arrays otherwise.
 
     Returns:
         ``{node: holder}``: ``node`` writes into the buffer that ``holder``'s
@@ -146,19 +203,18 @@ def plan_buffers(nodes, writers):
             last_use[used] = when
     aliases = {}  # node -> the storages (ids) its value may share memory with
     end = []  # storage -> position of the last read of any value sharing it
-    key = []  # storage -> (shape, dtype)
     holder = []  # storage -> the node whose variable holds it now
     by_key = {}  # (shape, dtype) -> storages ever allocated with that key
     plan = {}
     for i, node in enumerate(nodes):
-        if node in writers:
+        writer = node in writers
+        if writer or allocates(node):
             meta = node.meta["tensor_meta"]
             wanted = (tuple(meta.shape), meta.dtype)
-            storage = _dead_storage(by_key.get(wanted, ()), end, holder, aliases, i, node)
+            storage = _dead_storage(by_key.get(wanted, ()), end, holder, aliases, i, node) if writer else None
             if storage is None:
                 storage = len(end)
                 end.append(0)
-                key.append(wanted)
                 holder.append(node)
                 by_key.setdefault(wanted, []).append(storage)
             else:

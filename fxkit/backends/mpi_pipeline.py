@@ -86,10 +86,10 @@ class MPIPipeline:
         mine = {"stages": len(self.chain), "chunks": self.chunks}
         right, left = self.rank + 1, self.rank - 1
         if right < self.size:
-            self.channel.send({**mine, "sends": _names(self.stage.outputs)}, right, 0, tag=HELLO)
+            self.channel.send({**mine, "sends": getattr(self.stage, "output_names", None)}, right, 0, tag=HELLO)
         if left >= 0:
             _, theirs = self.channel.recv(left, tag=HELLO, what="the start-up handshake")
-            expected = {**mine, "sends": _names(self.stage.inputs)}
+            expected = {**mine, "sends": getattr(self.stage, "input_names", None)}
             if theirs != expected:
                 raise PipelineError(f"{self._describe(self.rank)}: {self._describe(left)} runs a different pipeline "
                                     f"(it has {theirs}, this rank expects {expected}); run the same script with "
@@ -146,8 +146,10 @@ class MPIPipeline:
         outputs = []
         try:
             for j in range(m):
-                got, values = self._next(received, failed, first) if (first or self._threads_ok) else \
-                    self.channel.recv(self.rank - 1)
+                if first or self._threads_ok:
+                    got, values = self._next(received, failed)
+                else:
+                    got, values = self.channel.recv(self.rank - 1)
                 if got != j:
                     raise PipelineError(f"{self._describe(self.rank)}: micro-batch {got} arrived where {j} was due")
                 tick = time.perf_counter()
@@ -169,14 +171,16 @@ class MPIPipeline:
                 raise failed[0]
         finally:
             stop.set()
+            self.channel.stopped.set()
             for h in helpers:
                 h.join()
+            self.channel.stopped.clear()
         return outputs
 
     def _to_device(self, t):
         return t if t.device is self.device else t.to(self.device)
 
-    def _next(self, received, failed, first):
+    def _next(self, received, failed):
         while True:
             try:
                 return received.get(timeout=_POLL_SECONDS)
@@ -215,16 +219,18 @@ def _helper(fn, channel_queue, failed, stop):
     return thread
 
 
-def _names(nodes):
-    return [getattr(n, "name", str(i)) for i, n in enumerate(nodes)]
-
-
 @contextlib.contextmanager
-def abort_on_error(comm=None, exit_code=1):
+def abort_on_error(comm=None, exit_code=1, grace=1.0):
     """End the whole MPI job when the block raises: print the error, then ``MPI_Abort``.
 
     A rank that fails cannot just exit: a peer that hangs would keep ``mpiexec``
     waiting, and ``MPI_Finalize`` may wait on messages to a dead peer.
+
+    Args:
+        comm: the communicator to abort; defaults to ``MPI.COMM_WORLD``.
+        exit_code: the job's exit status.
+        grace: seconds to wait before aborting, so neighbours this rank told
+            of its failure print their own errors first.
 
     Example:
         >>> with abort_on_error():
@@ -240,4 +246,5 @@ def abort_on_error(comm=None, exit_code=1):
         else:
             traceback.print_exc()
             sys.stderr.flush()
+        time.sleep(grace)
         comm.Abort(exit_code)

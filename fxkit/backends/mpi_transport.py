@@ -13,6 +13,7 @@ Values may be Tensors (sent from the host; received on the cpu), and ints,
 floats, bools, strings and None, nested in tuples, lists and dicts.
 """
 import json
+import threading
 import time
 
 import numpy as np
@@ -21,7 +22,7 @@ from fxkit.errors import PipelineError
 from fxkit.runtime.tensor import Tensor
 
 HEADER, DATA, ERROR, HELLO = 11, 12, 13, 14
-_FIRST_PAUSE, _LONGEST_PAUSE = 5e-5, 2e-3
+_FIRST_PAUSE, _LONGEST_PAUSE = 2e-5, 2.5e-4
 
 
 def import_mpi():
@@ -92,6 +93,7 @@ class Channel:
         self.rank = comm.Get_rank()
         self.timeout = timeout
         self.describe = describe
+        self.stopped = threading.Event()
 
     def send(self, values, dest, j, tag=HEADER):
         """Send ``values`` (micro-batch ``j``) to ``dest``; returns once the data left this rank's buffers."""
@@ -123,6 +125,8 @@ class Channel:
         deadline = time.monotonic() + self.timeout
         pause = _FIRST_PAUSE
         while not ready():
+            if self.stopped.is_set():
+                raise PipelineError(f"{self.describe(self.rank)}: stopped waiting for {what}: this rank failed")
             self.check_error(peer)
             if time.monotonic() > deadline:
                 if on_timeout is not None:

@@ -21,12 +21,10 @@ import itertools
 import numpy as np
 
 from fxkit.backends.backend import Backend, Lowered, register_backend
-from fxkit.backends.memory_plan import plan_buffers, ufunc_form
+from fxkit.backends.memory_plan import input_dtypes, plan_buffers, ufunc_forms  # noqa: F401  (input_dtypes: for kernel backends)
 from fxkit.codegen.numpy_code import generate_array_code
-from fxkit.codegen.promotion import input_casts
 from fxkit.errors import DeviceError
 from fxkit.runtime.meta import TensorMeta
-from fxkit.runtime.op import Op
 from fxkit.runtime.tensor import Tensor
 
 _FILE_NUMBERS = itertools.count()
@@ -41,25 +39,13 @@ class NumpyBackend(Backend):
     def lower(self, gm, specs):
         nodes = list(gm.graph.nodes)
         _check_devices(nodes, self.device_types, self.name)
-        forms = {}
-        for node in nodes:
-            if node.op == "call" and isinstance(node.target, Op):
-                form = ufunc_form(node, input_dtypes(node))
-                if form is not None:
-                    forms[node] = form
+        forms = ufunc_forms(nodes)
         buffers = plan_buffers(nodes, forms)
         code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, np)
         filename = f"<fxkit-compiled numpy {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
         namespace = dict(code.globals)
         exec(code.compile(filename), namespace)
         return Lowered(namespace["forward"], code.src, {}, line_nodes, filename)
-
-
-def input_dtypes(node):
-    """``{position: DType}`` of a call's positional tensor inputs after its op's dtype promotion."""
-    metas = [a.meta.get("tensor_meta") if _is_node(a) else a for a in node.args]
-    casts = input_casts(node.target, metas)
-    return {i: casts.get(i, m.dtype) for i, m in enumerate(metas) if isinstance(m, TensorMeta)}
 
 
 def attributes(gm, nodes):
@@ -76,10 +62,6 @@ def _fetch(module, qualname):
     *path, field = qualname.split(".")
     owner = module.get_submodule(".".join(path)) if path else module
     return getattr(owner, field)
-
-
-def _is_node(value):
-    return hasattr(value, "op") and hasattr(value, "meta")
 
 
 def _check_devices(nodes, device_types, backend):

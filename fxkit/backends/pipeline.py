@@ -167,9 +167,10 @@ class Pipeline:
         """
         if schedule not in SCHEDULES:
             raise PipelineError(f"Pipeline.train_step: schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
-        batches = split_batch([list(self.chain.first_inputs(inputs)), target], self.chunks)
-        n = sum(split_sizes(flat_tensors(target)[0].shape[0], self.chunks)) if flat_tensors(target) else None
-        step = _TrainStep(self, loss_fn, [b[1] for b in batches], n)
+        first = list(self.chain.first_inputs(inputs))
+        batches = split_batch([first, target], self.chunks)
+        sizes = split_sizes(flat_tensors([first, target])[0].shape[0], self.chunks)
+        step = _TrainStep(self, loss_fn, [b[1] for b in batches], [size / sum(sizes) for size in sizes])
         losses = self._run(schedule, [b[0] for b in batches], step.forward, step.backward)
         return float(sum(losses))
 
@@ -239,11 +240,11 @@ class Pipeline:
 class _TrainStep:
     """The forward and backward of one micro-batch on one stage, with the values kept between them."""
 
-    def __init__(self, pipeline, loss_fn, targets, batch_size):
+    def __init__(self, pipeline, loss_fn, targets, shares):
         self.pipeline = pipeline
         self.loss_fn = loss_fn
         self.targets = targets
-        self.batch_size = batch_size
+        self.shares = shares
         self.saved = {}
 
     def forward(self, s, j, values):
@@ -258,34 +259,36 @@ class _TrainStep:
         pipe = self.pipeline
         device = pipe.devices[s]
         values = _to_device(values, device)
+        leaves = values
         if s > 0:
             # NOTE: a stage's inputs become leaves, so backward stops at the stage boundary and
-            # their gradients are what the previous stage receives.
-            values = map_tensors(values, _as_leaf)
+            # their gradients are what the previous stage receives. The stage computes on copies:
+            # a layer that writes its input in place (ReLU(inplace=True)) may not write a leaf,
+            # nor the previous stage's output, which its backward may still read.
+            leaves = map_tensors(values, _as_leaf)
+            values = map_tensors(leaves, lambda t: t.to(copy=True) if t.requires_grad else t)
         out = pipe.chain.run_stage(s, values)
         if s < len(pipe.chain) - 1:
-            self.saved[s, j] = (values, out)
+            self.saved[s, j] = (leaves, out)
             return out
         loss = self.loss_fn(pipe.chain.assemble(out), _to_device(self.targets[j], device))
         if not isinstance(loss, Tensor) or loss.ndim != 0:
             raise PipelineError(f"Pipeline.train_step: loss_fn must return a 0-d tensor (a mean over the "
                                 f"micro-batch), got {type(loss).__name__} {getattr(loss, 'shape', '')}")
-        share = flat_tensors(self.targets[j])[0].shape[0] / self.batch_size if self.batch_size else 1.0
-        weighted = loss * share
-        self.saved[s, j] = (values, [weighted])
+        weighted = loss * self.shares[j]
+        self.saved[s, j] = (leaves, [weighted])
         return weighted.item()
 
     def _backward(self, s, j, grads):
-        values, out = self.saved.pop((s, j))
-        roots = flat_tensors(out)
-        if grads is None:
-            pairs = [(roots[0], None)]
+        leaves, out = self.saved.pop((s, j))
+        if grads is None:  # the last stage: out is the weighted loss
+            autograd_backward(out)
         else:
             grads = _to_device(grads, self.pipeline.devices[s])
-            pairs = [(r, g) for r, g in zip(roots, grads) if g is not None and r.requires_grad]
-        if pairs:
-            autograd_backward([r for r, _ in pairs], [g for _, g in pairs] if grads is not None else None)
-        return [t.grad if t.requires_grad else None for t in flat_tensors(values)] if s > 0 else None
+            pairs = [(r, g) for r, g in zip(flat_tensors(out), grads) if g is not None and r.requires_grad]
+            if pairs:
+                autograd_backward([r for r, _ in pairs], [g for _, g in pairs])
+        return [t.grad if t.requires_grad else None for t in flat_tensors(leaves)] if s > 0 else None
 
 
 def _as_leaf(t):

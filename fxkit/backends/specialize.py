@@ -6,7 +6,9 @@ inputs' shapes, dtypes and devices known: every layer's ``forward`` is
 followed down to ops, each node gets ``meta["tensor_meta"]``, and what the
 code computes from shapes (``x.shape[0] * 2``, ``if x.ndim == 3``,
 ``b, l, e = x.shape``) is evaluated during the trace and enters the graph as
-constants. Nothing is allocated or computed.
+constants. Nothing is allocated or computed. Each new node keeps the user's
+source line of the node it came from (``meta["stack"]``), so errors raised by
+compiled code point at the model's code, not at a layer's internals.
 
 Example::
 
@@ -17,7 +19,9 @@ Example::
                                                  %linear    = call[linear](%x, %fc_weight, %fc_bias)
                                                  return %linear
 """
+import ast
 import inspect
+import sys
 
 from fxkit.errors import LoweringError, TraceError, format_error
 from fxkit.graph import GraphModule
@@ -53,7 +57,7 @@ class Specialize(Pass):
         tensors = {k: v for k, v in bound.arguments.items() if has_tensor(v)}
         concrete = {k: v for k, v in bound.arguments.items() if k not in tensors}
         try:
-            graph = _MetaTracer(tensors).trace(gm, concrete)
+            graph = _FlatteningTracer(tensors, gm).trace(gm, concrete)
         except TraceError as exc:
             training = [name or type(gm).__name__ for name, m in gm.named_modules() if m.training]
             hint = (f"layers in training mode ({', '.join(training[:3])}{', ...' if len(training) > 3 else ''}) "
@@ -62,3 +66,28 @@ class Specialize(Pass):
             raise LoweringError(format_error(f"fxkit.compile: cannot trace {type(gm).__name__} through its "
                                              f"layers:\n{exc}", hint=hint)) from exc
         return GraphModule(gm, graph, class_name=type(gm).__name__)
+
+
+class _FlatteningTracer(_MetaTracer):
+    """Records, as each node's ``meta["stack"]``, the stack of the ``gm`` node whose line is running."""
+
+    def __init__(self, inputs, gm):
+        super().__init__(inputs)
+        self._forward = type(gm).forward.__code__
+        code = gm.graph.python_code(root="self")
+        self._origins = {}
+        statements = ast.parse(code.src).body[0].body
+        for statement, node in zip(statements, code.statement_nodes):
+            if node is not None:
+                for line in range(statement.lineno, statement.end_lineno + 1):
+                    self._origins[line] = node
+
+    def create_node(self, op, target, args, kwargs, name=None):
+        node = super().create_node(op, target, args, kwargs, name)
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not self._forward:
+            frame = frame.f_back
+        origin = self._origins.get(frame.f_lineno) if frame is not None else None
+        if origin is not None and origin.meta.get("stack") is not None:
+            node.meta["stack"] = origin.meta["stack"]
+        return node

@@ -23,10 +23,11 @@ collapses the loop nest: adjacent dimensions in which every operand is either
 full or broadcast merge, so most kernels are one flat loop and a bias add is
 two (rows, columns) with the bias read at ``[0, i1]``. ``kernel_strided``
 takes any strides (transposes, slices, zero-stride broadcasts) and loops over
-every dimension of the result. Both run ``numba.prange`` over the outer
-dimensions and blocks of the innermost one when the result has at least
-`PARALLEL_MIN` elements, and a plain loop nest below (a thread-pool launch
-costs more than a small kernel).
+every dimension of the result. A result of at least `PARALLEL_MIN`
+elements gets ``numba.prange`` over the outer dimensions and blocks of the
+innermost one (``parallel=True``); a smaller one a plain loop nest, which
+compiles three times faster and skips the thread-pool launch (~10 µs).
+Shapes are fixed per specialisation, so the choice is made here.
 
 Generated names are canonical (inputs ``x0, x1, ...``, locals named after
 their ops): two groups computing the same thing share one source, so one
@@ -35,6 +36,7 @@ This module only writes text; `fxkit.backends.numba_backend` compiles it.
 """
 import ast
 import inspect
+import math
 from typing import NamedTuple
 
 from fxkit.codegen.block import CodeBlock
@@ -52,7 +54,16 @@ BLOCK = 8192
 SUPPORTED_DTYPES = frozenset(("float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"))
 _LOAD = ast.Load()
 _INPUT_NAMES = ("a", "b", "c")
-_JIT = 'numba.njit(cache=True, parallel=True, error_model="numpy", nogil=True{extra})'
+
+def jit_decorator(parallel):
+    """The decorator line of a kernel: cached on disk, numpy's division semantics, no GIL."""
+    return f'@numba.njit(cache=True, error_model="numpy", nogil=True{", parallel=True" if parallel else ""})'
+
+
+def parallel_for(shape):
+    """Whether a kernel over ``shape`` runs on numba's thread pool (`PARALLEL_MIN` elements or more)."""
+    return math.prod(shape) >= PARALLEL_MIN
+
 HEADER = ("import math", "", "import numba", "import numpy as np", "",
           "from fxkit.backends.numba_math import erf32, exp32, maximum, minimum, tanh32")
 # Names the module header binds: never handed out for locals.
@@ -201,23 +212,23 @@ class _Template(ast.NodeTransformer):
                             f"fxkit/codegen/numba_kernel.py when adding it to ops/intrinsics.py")
 
 
-def compute_dtype(op, metas):
-    """The dtype ``op`` computes in for these argument metas (None: inputs as they are).
+def compute_dtype(op, metas, result):
+    """The dtype ``op`` computes in (None: inputs as they are), as tests/runtime/test_templates decides.
 
-    The rule of eager dtype promotion (`fxkit.codegen.promotion.input_casts`),
-    applied to every promoted input, Python numbers included.
+    Promoting ops compute in their result's dtype (eager casts the inputs to
+    it: `fxkit.codegen.promotion.input_casts`); comparisons in the result type
+    of their inputs, Python numbers included.
     """
     mode = op.promote
     if mode in (None, "bool", "keep"):
         return None
+    if mode != "compare":
+        return result.dtype
     promoted = metas[op.promote_from:]
     tensors = [m for m in promoted if isinstance(m, TensorMeta)]
     scalars = [m for m in promoted if type(m) in (int, float, bool)]
-    target = _dt.result_type([t.dtype for t in tensors if t.shape], [t.dtype for t in tensors if not t.shape],
-                             scalars)
-    if mode == "float" and not target.is_floating_point:
-        target = _dt.default_float
-    return target
+    return _dt.result_type([t.dtype for t in tensors if t.shape], [t.dtype for t in tensors if not t.shape],
+                           scalars)
 
 
 _SIGNATURES = {}
@@ -261,7 +272,7 @@ class ScalarEmitter:
             raise LoweringError(f"numba kernels: {node.format_node()} has no kernel template")
         names, options = template_names(op, node.args, node.kwargs)
         metas = [self._meta(v) for v in names.values()]
-        dtype = compute_dtype(op, metas)
+        dtype = compute_dtype(op, metas, self.metas[node])
         promoted = set(list(names)[op.promote_from:]) if dtype is not None else set()
         exprs = {}
         for key, value in names.items():
@@ -299,31 +310,30 @@ def _is_node(value):
 
 
 # -- loops ----------------------------------------------------------------------------------------
-def emit_loop_nest(block, namespace, extents, body):
-    """The parallel and the serial loop nest over ``extents`` (local names), each with ``body(block, indices)``.
+def emit_loop_nest(block, namespace, extents, body, parallel):
+    """The loop nest over ``extents`` (local names), with ``body(block, indices)`` innermost.
 
-    At `PARALLEL_MIN` elements and above, one ``prange`` runs over the outer
-    indices and `BLOCK`-sized runs of the innermost one; below, plain nested
-    loops. Every name is taken before ``body`` runs, so both copies of the
-    body can take the same local names from ``namespace.copy()``.
+    Parallel: one ``prange`` over the outer indices and `BLOCK`-sized runs of
+    the innermost one (each task a contiguous, vectorised run). Serial: plain
+    nested loops.
     """
     indices = [namespace.create_name(f"i{d}") for d in range(len(extents))]
+    if not parallel:
+        _serial(block, indices, extents, body)
+        return
     blocks, task, rest, start = (namespace.create_name(n) for n in ("blocks", "task", "rest", "start"))
     inner = extents[-1]
-    with block.indent(f"if {' * '.join(extents)} >= {PARALLEL_MIN}:"):
-        block.line(f"{blocks} = ({inner} + {BLOCK - 1}) // {BLOCK}")
-        with block.indent(f"for {task} in numba.prange({' * '.join([*extents[:-1], blocks])}):"):
-            block.line(f"{start} = ({task} % {blocks}) * {BLOCK}")
-            if len(extents) > 1:
-                block.line(f"{rest} = {task} // {blocks}")
-                for d in range(len(extents) - 2, 0, -1):
-                    block.line(f"{indices[d]} = {rest} % {extents[d]}")
-                    block.line(f"{rest} = {rest} // {extents[d]}")
-                block.line(f"{indices[0]} = {rest}")
-            with block.indent(f"for {indices[-1]} in range({start}, min({start} + {BLOCK}, {inner})):"):
-                body(block, indices)
-    with block.indent("else:"):
-        _serial(block, indices, extents, body)
+    block.line(f"{blocks} = ({inner} + {BLOCK - 1}) // {BLOCK}")
+    with block.indent(f"for {task} in numba.prange({' * '.join([*extents[:-1], blocks])}):"):
+        block.line(f"{start} = ({task} % {blocks}) * {BLOCK}")
+        if len(extents) > 1:
+            block.line(f"{rest} = {task} // {blocks}")
+            for d in range(len(extents) - 2, 0, -1):
+                block.line(f"{indices[d]} = {rest} % {extents[d]}")
+                block.line(f"{rest} = {rest} // {extents[d]}")
+            block.line(f"{indices[0]} = {rest}")
+        with block.indent(f"for {indices[-1]} in range({start}, min({start} + {BLOCK}, {inner})):"):
+            body(block, indices)
 
 
 def _serial(block, indices, extents, body):
@@ -384,7 +394,7 @@ def contiguous_views(block, namespace, shape, groups, extents, operands):
     for name, operand_shape in operands:
         view_shape = [e if is_full(shape, operand_shape, dims) else "1" for e, dims in zip(extents, groups)]
         views[name] = namespace.create_name(f"{name}_v")
-        block.line(f"{views[name]} = {name}.reshape(({', '.join(view_shape)},))")
+        block.line(f"{views[name]} = {name}.reshape(({', '.join(view_shape)}{',' if len(view_shape) == 1 else ''}))")
     return views
 
 
@@ -435,7 +445,8 @@ def _elementwise_function(module, graph, metas, placeholders, results, shape, st
     outs = [namespace.create_name(f"out{i}") for i in range(len(results))]
     operands = [(outs[i], metas[r].shape) for i, r in enumerate(results)]
     operands += [(params[i], metas[n].shape) for i, n in enumerate(placeholders) if isinstance(metas[n], TensorMeta)]
-    module.line(f"@{_JIT.format(extra='')}")
+    parallel = parallel_for(shape)
+    module.line(jit_decorator(parallel))
     with module.indent(f"def {'kernel_strided' if strided else 'kernel'}({', '.join(outs + params)}):"):
         if strided:
             groups = [[d] for d in range(len(shape)) if shape[d] != 1] or [[]]
@@ -455,7 +466,7 @@ def _elementwise_function(module, graph, metas, placeholders, results, shape, st
                 emitter.bind(node, ast.Name(params[i], _LOAD))
 
         def body(block, indices):
-            emitter.namespace = names = namespace.copy()
+            emitter.namespace = names = namespace
             for node, param in arrays.items():
                 local = names.create_name(param)
                 index = element_index(shape, metas[node].shape, groups, indices, strided)
@@ -468,7 +479,7 @@ def _elementwise_function(module, graph, metas, placeholders, results, shape, st
                 index = element_index(shape, metas[node].shape, groups, indices, strided)
                 block.line(f"{views[out]}[{index}] = {ast.unparse(emitter.values[node])}")
 
-        emit_loop_nest(module, namespace, extents, body)
+        emit_loop_nest(module, namespace, extents, body, parallel)
 
 
 def kernel_header(fused, placeholders, names):

@@ -30,6 +30,7 @@ import ast
 
 import numpy as np
 
+from fxkit.codegen.namespace import is_plain_identifier
 from fxkit.codegen.promotion import input_casts
 # NOTE: the Python emitter's names, globals and constant emission are reused as they are;
 # only how statements are formed differs here.
@@ -46,7 +47,7 @@ _STORE = ast.Store()
 _MODULE_NAMES = {"numpy": "np", "cupy": "cp"}
 
 
-def generate_array_code(nodes, attributes, ufuncs=None, buffers=None, xp=np):
+def generate_array_code(nodes, attributes, ufuncs=None, buffers=None, xp=np, calls=None):
     """Generate ``def forward(<placeholders>)`` computing ``nodes`` on raw arrays.
 
     Args:
@@ -58,20 +59,24 @@ def generate_array_code(nodes, attributes, ufuncs=None, buffers=None, xp=np):
         buffers: ``{node: holder node}``: ``node`` (a ufunc node) writes into
             ``holder``'s array.
         xp: the array module the code calls (numpy or cupy).
+        calls: ``{node: function}`` for nodes run as ``function(*args)`` on raw
+            arrays (a backend's compiled kernels), positional arguments only.
 
     Returns:
         ``(code, line_nodes)``: a `PythonCode` and ``{line number: node}`` of its statements.
     """
-    return _ArrayEmitter(list(nodes), attributes, ufuncs or {}, buffers or {}, xp).generate()
+    return _ArrayEmitter(list(nodes), attributes, ufuncs or {}, buffers or {}, xp, calls or {}).generate()
 
 
 class _ArrayEmitter(_Emitter):
-    def __init__(self, nodes, attributes, ufuncs, buffers, xp):
+    def __init__(self, nodes, attributes, ufuncs, buffers, xp, calls):
         super().__init__(nodes, root_name="self")
+        self.calls = calls
         self.attributes = attributes
         self.ufuncs = ufuncs
         self.buffers = buffers
         self.xp = xp
+        self.module_name = _MODULE_NAMES.get(xp.__name__, "xp")
 
     def generate(self):
         names = self.names
@@ -143,6 +148,13 @@ class _ArrayEmitter(_Emitter):
     # -- statements ----------------------------------------------------------------
     def statement(self, node):
         target = node.target
+        direct = self.calls.get(node)
+        if direct is not None:
+            function = self.global_name(direct, direct.__name__)
+            return ast.Call(function, [self.expr(a) for a in node.args], [], **self.pos)
+        if target is getattr and _is_field(node.args):
+            # A field of an op's namedtuple result (``x.max(1).values``): the raw result has it too.
+            return ast.Attribute(self.expr(node.args[0]), node.args[1], _LOAD, **self.pos)
         if not isinstance(target, Op):
             function = self._attribute(target) if type(target) is str else target
             return self.on_tensors(function, node)
@@ -155,14 +167,15 @@ class _ArrayEmitter(_Emitter):
             call_args = args[:inputs] + [self.expr(e) for e in extra]
             holder = self.buffers.get(node)
             out = [ast.keyword("out", self.load(self.names[id(holder)]), **self.pos)] if holder is not None else []
-            return ast.Call(self.global_name(getattr(self.xp, ufunc), ufunc), call_args, out, **self.pos)
+            function = self.global_name(getattr(self.xp, ufunc), f"{self.module_name}_{ufunc}")
+            return ast.Call(function, call_args, out, **self.pos)
         kwargs = dict(node.kwargs)
         if "dtype" in kwargs:
             kwargs["dtype"] = _dt.as_dtype(kwargs["dtype"])
         if target.factory:
             kwargs.pop("device", None)  # the array module chooses the device; the specialisation fixed it
         impl = self.global_name(target.impl, f"{target.name}_impl")
-        call = ast.Call(impl, [self.global_name(self.xp, _MODULE_NAMES.get(self.xp.__name__, "xp"))] + args,
+        call = ast.Call(impl, [self.global_name(self.xp, self.module_name)] + args,
                         self.keywords(kwargs) if kwargs else [], **self.pos)
         if _has_zero_dim(node.meta.get("tensor_meta")):
             # numpy gives scalars, not 0-d arrays, from whole-array reductions; eager wraps them.
@@ -188,6 +201,14 @@ def _meta(value):
     if meta is not None and hasattr(value, "op"):
         return meta.get("tensor_meta")
     return value
+
+
+def _is_field(args):
+    """True for ``getattr`` arguments naming a field of a namedtuple value."""
+    if len(args) != 2 or type(args[1]) is not str or not is_plain_identifier(args[1]):
+        return False
+    fields = getattr(_meta(args[0]), "_fields", ())
+    return args[1] in fields
 
 
 def _has_zero_dim(meta):

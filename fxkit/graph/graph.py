@@ -21,6 +21,7 @@ import copy as _copy
 from fxkit.codegen.namespace import Namespace
 from fxkit.codegen.python import generate_forward
 from fxkit.errors import GraphError
+from fxkit.graph.display import graph_html
 from fxkit.graph.lint import lint
 from fxkit.graph.node import OPCODES, Node, map_aggregate, map_arg
 from fxkit.graph.printer import format_graph, print_tabular
@@ -246,6 +247,10 @@ class Graph:
     def print_tabular(self, console=None):
         """Print the nodes as a rich table (opcode, name, target, args, kwargs, shape)."""
         print_tabular(self, console)
+
+    def _repr_html_(self):
+        """Jupyter's view of the graph: the printed text, coloured (`fxkit.graph.display`)."""
+        return graph_html(self)
 
     # -- copying and pickling -----------------------------------------------------
     def __getstate__(self):

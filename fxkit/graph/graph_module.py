@@ -20,6 +20,8 @@ import types
 import weakref
 
 from fxkit.errors import GraphError
+from fxkit.graph.display import module_html
+from fxkit.graph.draw import to_svg
 from fxkit.graph.graph import Graph
 from fxkit.graph.printer import format_type
 from fxkit.runtime.nn.module import Module
@@ -232,6 +234,14 @@ class GraphModule(Module):
 
     def __str__(self):
         return f"{super().__repr__()}\n\n{self.code}"
+
+    def _repr_html_(self):
+        """Jupyter's view: the picture (when Graphviz's ``dot`` is installed) over the coloured graph."""
+        return module_html(self)
+
+    def _repr_svg_(self):
+        """The picture alone as SVG text; None without ``dot`` (Jupyter then skips it)."""
+        return to_svg(self)
 
 
 def _rebuild(base, class_name, state):

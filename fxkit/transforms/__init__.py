@@ -19,10 +19,14 @@ from fxkit.transforms.fused_op import FusedOp
 from fxkit.transforms.remove_dropout import RemoveDropout, remove_dropout
 from fxkit.transforms.replace_pattern import replace_pattern
 from fxkit.transforms.subgraph_matcher import Match, SubgraphMatcher
+from fxkit.transforms.split_module import split_module
+from fxkit.transforms.split_pipeline import StageStats, split_pipeline
+from fxkit.transforms.stage_chain import StageChain
 
 __all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
            "ShapeProp", "Sym", "infer_shapes", "Cost", "estimate_cost",
            "EliminateCommonSubexpressions", "EliminateDeadCode", "FoldConstants", "FoldConvBN", "FuseElementwise",
            "FusedOp", "Match",
            "RemoveDropout", "SubgraphMatcher", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern"]
+           "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern",
+           "StageChain", "StageStats", "split_module", "split_pipeline"]

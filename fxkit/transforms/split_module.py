@@ -131,10 +131,10 @@ class _Plan:
                     self.inputs[mine][used] = None
                 if theirs is not None:
                     self.outputs[theirs][used] = None
-        # Outputs in graph order, so a child's results read like the code they came from.
+        # Inputs and outputs in graph order, so a child's signature reads like the code it came from.
         position = {node: i for i, node in enumerate(graph.nodes)}
         for key in self.order:
-            self.inputs[key] = list(self.inputs[key])
+            self.inputs[key] = sorted(self.inputs[key], key=position.__getitem__)
             self.outputs[key] = sorted(self.outputs[key], key=position.__getitem__)
 
 

@@ -28,15 +28,17 @@ import copy
 import dataclasses
 import time
 
-from fxkit.errors import GraphError, ShapeError
+from fxkit.errors import GraphError, ShapeError, format_error
 from fxkit.graph import GraphModule, Interpreter
+from fxkit.runtime.autograd import no_grad
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.factories import randn
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 from fxkit.tracer import symbolic_trace
-from fxkit.transforms.cost import CostModel, format_count, nbytes
+from fxkit.transforms.cost import CostModel, format_count
 from fxkit.transforms.infer_shapes import spec_meta
+from fxkit.transforms.pipeline_cuts import balanced_cuts, crossing_values, tensor_bytes
 from fxkit.transforms.split_module import split_module
 from fxkit.transforms.symbolic import Sym
 
@@ -120,7 +122,7 @@ def split_pipeline(model, example_inputs, n_stages=None, balance="flops", max_cr
     bounds = [0, *cuts, len(units)]
     stage_of = {unit: s for s in range(len(bounds) - 1) for unit in units[bounds[s]:bounds[s + 1]]}
     parent = split_module(gm, stage_of.__getitem__)
-    parent.stage_stats = _stats(parent, units, bounds, crossing, gm.graph, seconds)
+    parent.stage_stats = _stats(parent, units, bounds, crossing, seconds)
     if verbose:
         print_stage_table(parent.stage_stats, balance, limit, console)
     return parent
@@ -189,8 +191,9 @@ class _NodeTimer(Interpreter):
 def _node_seconds(gm, inputs, repeat):
     tensors = [_example_tensor(s) for s in inputs]
     timer = _NodeTimer(gm)
-    for _ in range(max(1, repeat)):
-        timer.run(*tensors)
+    with no_grad():
+        for _ in range(max(1, repeat)):
+            timer.run(*tensors)
     return timer.seconds
 
 
@@ -204,115 +207,7 @@ def _example_tensor(spec):
     return randn(*meta.shape, dtype=meta.dtype)
 
 
-# -- where stages may end --------------------------------------------------------------------------
-def crossing_values(graph, units):
-    """For each boundary ``b`` (between ``units[b-1]`` and ``units[b]``), the value nodes crossing it.
-
-    A value crosses when it is computed (or is a graph input) before the
-    boundary and read after it, the graph's output counting as read at the
-    end. A ``get_attr`` counts from its first reader, where it lives.
-
-    Returns:
-        A list of ``len(units) + 1`` lists of nodes; entry 0 is empty and the last
-        holds what the output reads.
-    """
-    position = {u: i for i, u in enumerate(units)}
-    end = len(units)
-    crossing = [[] for _ in range(end + 1)]
-    for node in graph.nodes:
-        if node.op == "output" or not node.users:
-            continue
-        reads = [end if u.op == "output" else position.get(u) for u in node.users]
-        reads = [r for r in reads if r is not None]
-        if not reads:
-            continue
-        if node.op == "placeholder":
-            start = -1
-        elif node.op == "get_attr":
-            start = min(reads)
-        elif node in position:
-            start = position[node]
-        else:
-            continue
-        for b in range(start + 1, max(reads) + 1):
-            crossing[b].append(node)
-    return crossing
-
-
-def _tensor_bytes(nodes):
-    return sum(nbytes(n.meta.get("tensor_meta")) for n in nodes)
-
-
-def _tensor_count(nodes):
-    return sum(1 for n in nodes if "tensor_meta" in n.meta)
-
-
-def balanced_cuts(costs, crossing, n_stages, max_crossing=2):
-    """The ``n_stages - 1`` cut boundaries minimising the largest stage's cost (exactly).
-
-    Args:
-        costs: one number per unit.
-        crossing: `crossing_values` of the units (their tensors' ``meta`` give counts and bytes).
-        n_stages: the number of stages.
-        max_crossing: candidates carry at most this many tensors across; raised
-            until there are enough candidates.
-
-    Returns:
-        ``(cuts, limit)``: sorted boundaries and the crossing limit used.
-    """
-    n = len(costs)
-    if n_stages > n:
-        raise GraphError(f"split_pipeline: {n_stages} stages need at least {n_stages} call nodes; the graph has {n}")
-    counts = [_tensor_count(c) for c in crossing]
-    limit = max_crossing
-    candidates = [b for b in range(1, n) if counts[b] <= limit]
-    while len(candidates) < n_stages - 1:
-        limit = min(counts[b] for b in range(1, n) if counts[b] > limit)
-        candidates = [b for b in range(1, n) if counts[b] <= limit]
-    prefix = [0]
-    for c in costs:
-        prefix.append(prefix[-1] + c)
-    sent = [_tensor_bytes(c) for c in crossing]
-    ends = candidates + [n]
-    best = _min_max_cost(prefix, ends, n_stages)
-    return _fewest_bytes(prefix, ends, n_stages, best, sent), limit
-
-
-def _min_max_cost(prefix, ends, k):
-    """The smallest achievable largest-stage cost with ``k`` stages ending at boundaries in ``ends``."""
-    inf = float("inf")
-    f = {b: prefix[b] for b in ends}  # one stage covering units [0, b)
-    for _ in range(k - 1):
-        g = {}
-        for j, b in enumerate(ends):
-            best = inf
-            for a in ends[:j]:
-                if f[a] == inf:
-                    continue
-                best = min(best, max(f[a], prefix[b] - prefix[a]))
-            g[b] = best
-        f = g
-    return f[ends[-1]]
-
-
-def _fewest_bytes(prefix, ends, k, limit, sent):
-    """Among splits whose every stage costs at most ``limit``, the one sending the fewest bytes."""
-    inf = float("inf")
-    f = {b: (0, ()) if prefix[b] <= limit else (inf, ()) for b in ends}
-    for _ in range(k - 1):
-        g = {}
-        for j, b in enumerate(ends):
-            best = (inf, ())
-            for a in ends[:j]:
-                total, cuts = f[a]
-                if total == inf or prefix[b] - prefix[a] > limit:
-                    continue
-                best = min(best, (total + sent[a], cuts + (a,)))
-            g[b] = best
-        f = g
-    return list(f[ends[-1]][1])
-
-
+# -- cuts at markers -------------------------------------------------------------------------------
 def _marker_cuts(graph, markers, units, n_stages):
     if n_stages is not None and n_stages != len(markers) + 1:
         raise GraphError(f"split_pipeline: the model has {len(markers)} pipe_split() markers, i.e. "
@@ -325,15 +220,17 @@ def _marker_cuts(graph, markers, units, n_stages):
         elif node.target is PIPE_SPLIT and node.op == "call":
             previous = cuts[-1] if cuts else 0
             if seen == previous or seen == len(units):
-                where = f" (at {node.stack})" if node.stack else ""
-                raise GraphError(f"split_pipeline: the pipe_split() marker %{node.name}{where} leaves an empty "
-                                 f"stage; put at least one operation between markers and the ends of forward")
+                raise GraphError(format_error(
+                    "split_pipeline: this pipe_split() marker leaves an empty stage", where=node.stack,
+                    node=node.format_node(),
+                    hint="put at least one operation between two markers and between a marker and either end "
+                         "of forward"))
             cuts.append(seen)
     return cuts
 
 
 # -- the table --------------------------------------------------------------------------------------
-def _stats(parent, units, bounds, crossing, graph, seconds):
+def _stats(parent, units, bounds, crossing, seconds):
     stats = []
     children = [parent.get_submodule(n.target) for n in parent.graph.find_nodes(op="call")
                 if type(n.target) is str]
@@ -343,7 +240,7 @@ def _stats(parent, units, bounds, crossing, graph, seconds):
         param_bytes = sum(p.nbytes() for p in child.parameters())
         time_s = sum(seconds[m] for m in members) if seconds is not None else None
         stats.append(StageStats(s, len(members), members[0].name, members[-1].name, flops, param_bytes,
-                                _tensor_bytes(crossing[bounds[s + 1]]), time_s))
+                                tensor_bytes(crossing[bounds[s + 1]]), time_s))
     return stats
 
 

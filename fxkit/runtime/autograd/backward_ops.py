@@ -150,11 +150,12 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
     (sh, sw), (dh, dw) = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
     (pt, pb), (pl, pr) = conv_pads(padding, (kh, kw), (dh, dw))
     x = pad2d(xp, input, pt, pb, pl, pr) if pt or pb or pl or pr else input
-    n, oh, ow = grad_output.shape[0], grad_output.shape[2], grad_output.shape[3]
-    g, k = groups, cg * kh * kw
-    if grad_output.shape[1] != oc or x.shape[1] != cg * g:
-        raise ShapeError(f"conv2d_weight_grad: grad_output {shown(grad_output.shape)} and input {shown(input.shape)} "
-                         f"do not fit a weight of shape {shown(weight_size)} with groups={groups}")
+    n, g, k = x.shape[0], groups, cg * kh * kw
+    oh, ow = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1, (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    if tuple(grad_output.shape) != (n, oc, oh, ow) or x.shape[1] != cg * g:
+        raise ShapeError(f"conv2d_weight_grad: grad_output of shape {shown(grad_output.shape)} does not fit the "
+                         f"convolution of an input of shape {shown(input.shape)} by a weight of shape "
+                         f"{shown(weight_size)} (groups={groups}), whose output has shape {shown((n, oc, oh, ow))}")
     s_n, s_c, s_h, s_w = x.strides
     cols = xp.lib.stride_tricks.as_strided(
         x, (g, cg, kh, kw, n, oh, ow), (cg * s_c, s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))

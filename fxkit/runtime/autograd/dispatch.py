@@ -19,7 +19,8 @@ def record(op, args, kwargs):
     rule = op.grad_rule
     needs = False
     blocked = None
-    for _, t in iter_tensors(args, kwargs):
+    found = iter_tensors(args, kwargs)
+    for _, t in found:
         meta = t._grad
         if meta is not None:
             if meta.requires_grad:
@@ -54,16 +55,19 @@ def record(op, args, kwargs):
             _GRAD[0] = previous
     else:
         out = forward_untracked(op, args, kwargs)
-    out = _fresh_outputs(out, args)
-    make_node(op, rule, args, kwargs, out, extra)
+    for a in args:
+        if type(a) in (list, tuple):
+            out = _fresh_outputs(out, found)
+            break
+    make_node(op, rule, args, kwargs, out, extra, found)
     return out
 
 
-def _fresh_outputs(out, args):
+def _fresh_outputs(out, found):
     """An op that hands back one of its input tensors itself (``getitem`` picking from a
-    list) gets a new tensor on the same data: the output's history must not overwrite
-    the input's."""
-    inputs = {id(t) for _, t in iter_tensors(args, {})}
+    list: only tensors inside containers reach an impl as tensors) gets a new tensor on the
+    same data: the output's history must not overwrite the input's."""
+    inputs = {id(t) for _, t in found}
 
     def fresh(o):
         return Tensor._make(o._data, o.device) if id(o) in inputs else o

@@ -29,6 +29,7 @@ graph values too.
 import inspect
 
 from fxkit.errors import AutogradError, FxkitError
+from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.autograd import grad_mode
 from fxkit.runtime.autograd.autograd_meta import AutogradMeta, meta_of
 from fxkit.runtime.meta import TensorMeta
@@ -225,30 +226,37 @@ class Node:
 
 
 def iter_tensors(args, kwargs):
-    """``(path, tensor)`` for every tensor argument Op dispatch unwraps: ``(i,)`` for
+    """``[(path, tensor)]`` for every tensor argument Op dispatch unwraps: ``(i,)`` for
     positional ``i``, ``(i, j)`` for item ``j`` of a list there, ``(name,)`` for a keyword."""
+    found = []
     for i, a in enumerate(args):
         if isinstance(a, Tensor):
-            yield (i,), a
+            found.append(((i,), a))
         elif type(a) in (list, tuple) and a and isinstance(a[0], Tensor):
             for j, t in enumerate(a):
                 if isinstance(t, Tensor):
-                    yield (i, j), t
-    for k, v in kwargs.items():
-        if isinstance(v, Tensor):
-            yield (k,), v
+                    found.append(((i, j), t))
+    if kwargs:
+        for k, v in kwargs.items():
+            if isinstance(v, Tensor):
+                found.append(((k,), v))
+    return found
 
 
-def substitute(args, kwargs, visit):
-    """``args``/``kwargs`` with each tensor argument ``t`` at ``path`` replaced by ``visit(path, t)``."""
-    new_args = []
-    for i, a in enumerate(args):
-        if isinstance(a, Tensor):
-            a = visit((i,), a)
-        elif type(a) in (list, tuple) and a and isinstance(a[0], Tensor):
-            a = [visit((i, j), t) if isinstance(t, Tensor) else t for j, t in enumerate(a)]
-        new_args.append(a)
-    new_kwargs = {k: visit((k,), v) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
+def substitute(args, kwargs, visit, found=None):
+    """``args``/``kwargs`` with each tensor argument ``t`` at ``path`` replaced by ``visit(path, t)``
+    (``found``: `iter_tensors`'s result when the caller has it)."""
+    new_args, new_kwargs = list(args), dict(kwargs)
+    for path, t in iter_tensors(args, kwargs) if found is None else found:
+        head = path[0]
+        if type(head) is str:
+            new_kwargs[head] = visit(path, t)
+        elif len(path) == 1:
+            new_args[head] = visit(path, t)
+        else:
+            if new_args[head] is args[head]:
+                new_args[head] = list(args[head])
+            new_args[head][path[1]] = visit(path, t)
     return new_args, new_kwargs
 
 
@@ -257,7 +265,7 @@ def forward_untracked(op, args, kwargs):
     previous = _GRAD[0]
     _GRAD[0] = False
     try:
-        return op.run(args, kwargs)
+        return op(*args, **kwargs)
     finally:
         _GRAD[0] = previous
 
@@ -280,35 +288,42 @@ def shares_storage(a, b):
     return (base_a is not None and (base_a is b or base_a is base_b)) or (base_b is not None and base_b is a)
 
 
-def make_node(op, rule, args, kwargs, out, extra=None):
-    """Record the call ``op(*args, **kwargs) -> out`` and make its float outputs require grad."""
+def make_node(op, rule, args, kwargs, out, extra=None, found=None):
+    """Record the call ``op(*args, **kwargs) -> out`` and make its float outputs require grad
+    (``found``: `iter_tensors` of the arguments, when the caller has it)."""
     node = Node(op, rule)
     saves = rule.saves if rule is not None else ()
     nondiff = rule.nondiff if rule is not None else ()
     saved = []
     inputs = []
     metas_in = []
-
-    def visit(path, t):
+    new_args, new_kwargs = list(args), dict(kwargs)
+    for path, t in iter_tensors(args, kwargs) if found is None else found:
         meta = t._grad
-        name = rule.name_of(path) if rule is not None else None
+        name = rule.name_of(path) if saves or nondiff else None
         if name in saves:
             stand_in = t
             kept = meta_of(t)
-            saved.append((kept.version, kept.version[0], name))
+            saved.append((kept.version, kept.version[0], f"input '{name}'"))
         else:
-            stand_in = TensorMeta(t.shape, t.dtype, t.device)
+            stand_in = TensorMeta(t.shape, _dt._BY_NP[t._data.dtype], t.device)
         if meta is not None:
             metas_in.append((t, meta))
             if meta.requires_grad:
                 if name in nondiff:
                     raise AutogradError(f"{op.name}: {name} requires grad, but {op.name} is not differentiable "
                                         f"with respect to {name}; pass {name}.detach()")
-                edge = meta if meta.grad_fn is None else (meta.grad_fn, meta.output_nr)
-                inputs.append((path, edge, stand_in))
-        return stand_in
-
-    node.args, node.kwargs = substitute(args, kwargs, visit)
+                inputs.append((path, meta if meta.grad_fn is None else (meta.grad_fn, meta.output_nr), stand_in))
+        head = path[0]
+        if type(head) is str:
+            new_kwargs[head] = stand_in
+        elif len(path) == 1:
+            new_args[head] = stand_in
+        else:
+            if new_args[head] is args[head]:
+                new_args[head] = list(args[head])
+            new_args[head][path[1]] = stand_in
+    node.args, node.kwargs = new_args, new_kwargs
     node.inputs = inputs
     outputs = flat_outputs(out)
     node.single = isinstance(out, Tensor)

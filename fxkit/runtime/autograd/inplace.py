@@ -12,6 +12,11 @@ value (``x.mul_(y)``), that value is copied first, as PyTorch keeps
 Refused, with the fix in the message: writing into a leaf that requires grad
 (outside ``no_grad``), and writing into a view of another tensor when
 autograd would have to record the write into that other tensor's history.
+
+Version counters live in the autograd state of tensors that take part in
+autograd (and are shared with the views recorded from them): a write into a
+tensor autograd never saw, or through ``.data``, is not counted, as with
+PyTorch's ``.data``.
 """
 import sys
 

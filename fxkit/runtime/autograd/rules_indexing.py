@@ -29,7 +29,7 @@ def _fit(grad, shape):
 
 @defgrad("getitem", saves=("index",))
 def _getitem(ctx, g, a, index):
-    if isinstance(a, (list, tuple)):  # an item (or a slice) of a sequence of tensors
+    if type(a) in (list, tuple):  # an item (or a slice) of a sequence of tensors (TensorMeta is a tuple too)
         picked = list(range(len(a)))[index]
         grads = [None] * len(a)
         for k, grad in ([(picked, g)] if isinstance(picked, int) else zip(picked, g)):

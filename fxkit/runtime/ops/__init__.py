@@ -17,4 +17,5 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     pooling,
     interpolate,
     pipe_split,
+    quantized_ops,
 )

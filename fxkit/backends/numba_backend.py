@@ -1,0 +1,130 @@
+"""The ``numba`` backend: each fused group becomes one generated ``@numba.njit`` kernel.
+
+The pipeline is the default one (`Backend.passes`: dropout, conv-bn folding,
+specialisation to registry ops, dead code, CSE, constant folding) followed by
+
+* `SplitLinearBias`: a ``linear`` read by elementwise ops leaves its bias add
+  to them, so ``gelu(x @ W.T + b)``'s pointwise tail fuses;
+* `FuseElementwise`: connected elementwise ops become `FusedOp` groups;
+* `FuseRows`: softmax, log_softmax and layer_norm absorb the elementwise
+  group computing their input and the one reading their result.
+
+Lowering is the numpy backend's straight-line code over raw arrays, except
+that each fused group runs its generated kernel (`fxkit.codegen.numba_kernel`,
+`fxkit.codegen.numba_reduction`) through a `KernelCall`; the ops that do not
+fuse (matmul, conv, reshapes, ...) call their numpy implementations. A group
+numba cannot run (float16 tensors, an unusual row layout) runs its body with
+numpy instead. Kernels are compiled when the specialisation is lowered, cached
+in memory by source and on disk by numba (`fxkit.backends.numba_cache`).
+
+Outputs of kernels are never overwritten while referenced (see
+`fxkit.backends.numba_launch`): results a caller keeps stay valid.
+
+Example:
+    >>> compiled = fxkit.compile(seed_chain, backend="numba", example_inputs=[(16_000_000,)])
+    >>> print(compiled.code)
+    def forward(x):
+        mul_9 = fused_0(x)
+        return mul_9
+    >>> print(compiled.kernel_sources()["fused_0"])
+"""
+import importlib.util
+import itertools
+
+import numpy as np
+
+from fxkit.backends.backend import Lowered, register_backend
+from fxkit.backends.fuse_rows import FuseRows
+from fxkit.backends.memory_plan import plan_buffers, ufunc_forms
+from fxkit.backends.numba_launch import KernelCall
+from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, attributes
+from fxkit.backends.split_bias import SplitLinearBias
+from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
+from fxkit.codegen.numba_reduction import row_kernel, row_node
+from fxkit.codegen.numpy_code import generate_array_code
+from fxkit.errors import LoweringError
+from fxkit.transforms import EliminateDeadCode
+from fxkit.transforms.fuse_elementwise import FuseElementwise
+from fxkit.transforms.fused_op import FusedOp
+
+_FILE_NUMBERS = itertools.count()
+
+
+class NumbaBackend(NumpyBackend):
+    """Fused groups as numba kernels, everything else as the numpy backend (see the module docstring)."""
+
+    name = "numba"
+    device_types = ("cpu",)
+
+    def passes(self, gm, example_inputs):
+        return super().passes(gm, example_inputs) + [SplitLinearBias(), FuseElementwise(), FuseRows(),
+                                                     EliminateDeadCode()]
+
+    def lower(self, gm, specs):
+        # NOTE: numba takes ~0.5 s to import: only a numba compilation pays for it.
+        from fxkit.backends.numba_cache import load_kernel_module
+
+        nodes = list(gm.graph.nodes)
+        _check_devices(nodes, self.device_types, self.name)
+        calls, kernels = {}, {}
+        for node in nodes:
+            if node.op == "call" and isinstance(node.target, FusedOp):
+                source = kernel_source(node)
+                if source is not None:
+                    call = KernelCall(node.target.name, source, load_kernel_module(source.source))
+                    precompile(call, source)
+                    calls[node] = call
+                    kernels[node.target.name] = source.text
+        forms = ufunc_forms(nodes)
+        buffers = plan_buffers(nodes, forms)
+        code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, np, calls)
+        filename = f"<fxkit-compiled numba {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
+        namespace = dict(code.globals)
+        exec(code.compile(filename), namespace)
+        return Lowered(namespace["forward"], code.src, kernels, line_nodes, filename)
+
+
+def kernel_source(node):
+    """The generated kernel of a fused call, or None when its group runs with numpy instead.
+
+    Args:
+        node: a ``call`` of a `FusedOp` whose inputs' ``meta["tensor_meta"]`` is filled.
+    """
+    fused = node.target
+    args = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
+    outputs = fused.shape_rule(*args)
+    if unsupported(args + list(outputs if type(outputs) is tuple else [outputs])) is not None:
+        return None
+    names = [a.name if hasattr(a, "name") else repr(a) for a in node.args]
+    if row_node(fused.graph) is not None:
+        try:
+            return row_kernel(fused, args, names)
+        except LoweringError:
+            return None  # NOTE: the documented refusal of a layout row kernels do not take
+    return elementwise_kernel(fused, args, names)
+
+
+def precompile(call, source):
+    """Compile the contiguous entry point now, for the specialisation's dtypes and ranks.
+
+    The first call then runs at full speed, ``compiled.stats.seconds`` includes
+    the compilation, and an error in generated code surfaces while compiling,
+    with the kernel's source.
+    """
+    from numba import from_dtype, types  # NOTE: see NumbaBackend.lower
+
+    signature = [types.Array(from_dtype(m.dtype.np), len(m.shape), "C") for m in source.outputs]
+    for meta in source.inputs:
+        if isinstance(meta, type):
+            signature.append({bool: types.boolean, int: types.int64, float: types.float64}[meta])
+        else:
+            signature.append(types.Array(from_dtype(meta.dtype.np), len(meta.shape), "C"))
+    try:
+        call.compile(tuple(signature))
+    except Exception as exc:
+        raise LoweringError(f"numba could not compile the kernel of {call.__name__}: {exc}\n"
+                            f"{source.text}") from exc
+
+
+if importlib.util.find_spec("numba") is not None:
+    register_backend(NumbaBackend())

@@ -1,0 +1,89 @@
+"""`KernelCall`: one generated numba kernel as a function of raw arrays, with reused outputs.
+
+Generated code calls a fused group like a ufunc, ``mul_9 = fused_0(x)``;
+`KernelCall` picks the kernel's entry point (``kernel`` when every array is
+C-contiguous, ``kernel_strided`` otherwise; a kernel without a strided entry
+gets contiguous copies), provides the output arrays and runs it.
+
+Output buffers and aliasing: writing a fresh 64 MB output costs ~30 ms of
+page faults, as much as the arithmetic, so each call site keeps the outputs
+it made (up to `POOL` per output) and writes into one again when nothing
+outside the pool refers to it any more: neither the caller (a result it
+kept, a Tensor around it, a view of it) nor generated code. The contract:
+**a result is never overwritten while anything references it**; a caller who
+keeps every result gets fresh arrays, one who drops them gets the same memory
+back. The test is CPython's reference count of the buffer, so it also holds
+with several threads calling one compiled module: a buffer is counted as
+taken from the moment a call picks it.
+"""
+import sys
+
+import numpy as np
+
+from fxkit.runtime.meta import TensorMeta
+
+POOL = 2
+"""Buffers kept per kernel output: two let ``y = f(x)`` in a loop alternate without allocating."""
+_FREE = 3  # references to a free pooled buffer while `_take` looks at it: the pool, the loop, the call
+
+
+class KernelCall:
+    """Calls one compiled kernel on raw arrays and returns its output(s).
+
+    Args:
+        name: the fused op's name (``fused_0``); the generated code's global.
+        kernel: the `KernelSource` it was compiled from.
+        module: the imported kernel module (``kernel``, maybe ``kernel_strided``).
+    """
+
+    __slots__ = ("__name__", "kernel", "_contiguous", "_strided", "_arrays", "_outputs", "_pools", "_single")
+
+    def __init__(self, name, kernel, module):
+        self.__name__ = name
+        self.kernel = kernel
+        self._contiguous = module.kernel
+        self._strided = getattr(module, "kernel_strided", None)
+        self._arrays = tuple(i for i, m in enumerate(kernel.inputs) if isinstance(m, TensorMeta))
+        self._outputs = [(tuple(m.shape), m.dtype.np) for m in kernel.outputs]
+        self._pools = [[] for _ in kernel.outputs]
+        self._single = len(kernel.outputs) == 1
+
+    def __call__(self, *args):
+        entry = self._contiguous
+        for i in self._arrays:
+            if not args[i].flags.c_contiguous:
+                if self._strided is not None:
+                    entry = self._strided
+                else:
+                    args = tuple(np.ascontiguousarray(a) if k in self._arrays else a for k, a in enumerate(args))
+                break
+        if self._single:
+            out = self._take(0)
+            entry(out, *args)
+            return out
+        outs = [self._take(k) for k in range(len(self._outputs))]
+        entry(*outs, *args)
+        return tuple(outs)
+
+    def _take(self, k):
+        pool = self._pools[k]
+        for buf in pool:
+            if sys.getrefcount(buf) == _FREE:
+                return buf
+        shape, dtype = self._outputs[k]
+        buf = np.empty(shape, dtype)
+        if len(pool) < POOL:
+            pool.append(buf)
+        return buf
+
+    def compile(self, signature):
+        """Compile the contiguous entry point for ``signature`` (numba types) ahead of the first call."""
+        self._contiguous.compile(signature)
+
+    def compiled_signatures(self):
+        """The argument types numba compiled each entry point for (for tests and inspection)."""
+        entries = [self._contiguous] + ([self._strided] if self._strided is not None else [])
+        return {e.__name__: list(e.signatures) for e in entries}
+
+    def __repr__(self):
+        return f"<numba kernel {self.__name__}>"

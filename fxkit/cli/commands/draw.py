@@ -1,0 +1,71 @@
+"""``fxkit draw MODEL -o model.svg``: a picture of the graph (DOT, SVG, PNG, PDF)."""
+NAME = "draw"
+HELP = "draw the graph to .svg/.png/.pdf (Graphviz's dot) or .dot (no dependency)"
+DESCRIPTION = """\
+Trace MODEL and draw its graph: nodes coloured by opcode (inputs green,
+attributes yellow, op calls blue, module calls purple, output red), shapes on
+the edges when input shapes are known, fused groups (--fuse) and pipeline
+stages (--stages) as boxes around their nodes. The suffix of -o picks the
+format: .dot is written directly; .svg, .png and .pdf are rendered by the
+Graphviz `dot` program (Debian/Ubuntu: apt-get install graphviz; no pip
+package provides it), and without it the .dot file is written instead."""
+EXAMPLES = """\
+examples:
+  fxkit draw lenet -o lenet.svg
+  fxkit draw lstm_cell --fuse -o lstm.png
+  fxkit draw resnet18 --stages 2 -o resnet18.pdf
+  fxkit draw mlp -o mlp.dot"""
+
+
+def configure(parser):
+    parser.add_argument("-o", "--output", metavar="PATH", required=True,
+                        help="the file to write: .svg, .png, .pdf (rendered by dot) or .dot")
+    parser.add_argument("--fuse", action="store_true", help="fuse elementwise ops first; groups are drawn as boxes")
+    parser.add_argument("--stages", type=int, metavar="K",
+                        help="split into K balanced pipeline stages and draw each as a box")
+    parser.add_argument("--balance", choices=("flops", "params", "time"), default="flops",
+                        help="what --stages balances (default: flops)")
+
+
+def run(args, out, err):
+    from fxkit.cli.model_spec import concrete, input_specs, load_model, require_inputs, trace
+    from fxkit.graph.draw import draw
+
+    with err.status(f"building {args.model}"):
+        loaded = load_model(args.model)
+    specs = input_specs(loaded, args.input, args.dtype)
+    if args.stages is not None:
+        specs = concrete(require_inputs(loaded, specs, NAME), NAME)
+    gm = trace(loaded, specs, err)
+    if args.stages is not None:
+        from fxkit.transforms.split_pipeline import split_pipeline
+
+        with err.status(f"splitting into {args.stages} stages"):
+            parent = split_pipeline(gm, specs, n_stages=args.stages, balance=args.balance, verbose=False)
+        mark_stages(gm, parent)
+    if args.fuse:
+        from fxkit.transforms import fuse_elementwise
+
+        gm = fuse_elementwise(gm)
+    with err.status(f"drawing {args.output}"):
+        path = draw(gm, args.output)
+    out.print(f"wrote {path} ({len(gm.graph.nodes)} nodes)", markup=False)
+    return 0
+
+
+def mark_stages(gm, parent):
+    """Set ``meta["stage"]`` on ``gm``'s nodes from a `split_pipeline` result of it.
+
+    The split keeps node names: each stage child holds the call and get_attr
+    nodes of its stage under their original names (its placeholders are the
+    values it receives from earlier stages).
+    """
+    stage_of = {}
+    children = [n.target for n in parent.graph.nodes if n.op == "call" and type(n.target) is str]
+    for index, child_name in enumerate(children):
+        for node in parent.get_submodule(child_name).graph.nodes:
+            if node.op in ("call", "get_attr"):
+                stage_of[node.name] = index
+    for node in gm.graph.nodes:
+        if node.name in stage_of:
+            node.meta["stage"] = stage_of[node.name]

@@ -1,0 +1,295 @@
+"""Row kernels: elementwise prologue, a reduction over the trailing dims, elementwise epilogue.
+
+A row group (see `fxkit.backends.fuse_rows`) is a `FusedOp` whose body holds
+one softmax, log_softmax or layer_norm over its input's last dimension(s),
+the elementwise ops computing that input, and the elementwise ops applied to
+its result. It becomes one ``@numba.njit`` kernel: rows run in parallel,
+each row is computed into a scratch buffer by the prologue, reduced (the
+vectorised `fxkit.backends.numba_math` row helpers), and normalised, with the
+epilogue applied as each output element is written::
+
+    for r in range(...):                     # a block of rows a task (numba.prange over tasks)
+        for j in range(nc):
+            buf[j] = <prologue at (r, j)>
+        m = row_max(buf)
+        for j in range(nc):
+            buf[j] = exp32(buf[j] - m)
+        s = row_sum(buf)
+        for j in range(nc):
+            softmax = buf[j] / s
+            out0_v[i0, j] = <epilogue of softmax at (r, j)>
+
+The statistics follow the eager implementations' formulas and order of
+operations (``exp(x - max) / sum``, ``(x - max) - log(sum)``, ``(x - mean) *
+(1 / sqrt(var + eps)) * weight + bias`` with the biased variance). Operands
+must be C-contiguous (callers copy others) and, over the row dimensions,
+either full or broadcast (one value a row); other groups are left to the
+elementwise kernels and numpy.
+"""
+import ast
+import inspect
+
+from fxkit.codegen.block import CodeBlock
+from fxkit.codegen.namespace import Namespace
+from fxkit.codegen.numba_kernel import (BLOCK, HEADER, RESERVED, KernelSource, ScalarEmitter, cast, collapse,
+                                        contiguous_views, element_index, group_extents, jit_decorator,
+                                        kernel_header, parallel_for, typed_constant, value_metas)
+from fxkit.errors import LoweringError
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.registry import get_op
+
+_LOAD = ast.Load()
+_ROW_HEADER = HEADER + ("from fxkit.backends.numba_math import row_max, row_sum, row_sum_exp32, row_sum_exp64, "
+                        "row_sum_squares",)
+_ROW_RESERVED = RESERVED + ("row_max", "row_sum", "row_sum_exp32", "row_sum_exp64", "row_sum_squares")
+_FLOATS = ("float32", "float64")
+
+
+def _bound(node):
+    signature = inspect.signature(node.target.impl)
+    bound = signature.bind(None, *node.args, **node.kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+class _Softmax:
+    """``exp(x - max) / sum(exp(x - max))`` over the last dimension."""
+
+    log = False
+
+    def row_dims(self, node, input_meta):
+        args = _bound(node)
+        rank = len(input_meta.shape)
+        dim = args["dim"]
+        if rank == 0 or args["dtype"] is not None or type(dim) is not int or dim not in (-1, rank - 1):
+            return None
+        return 1
+
+    def operands(self, node):
+        return ()
+
+    def emit(self, block, names, buf, dtype, node, emitter):
+        """Statistics after ``buf`` holds the row; returns a function of ``j`` emitting the value."""
+        m, s = names.create_name("m"), names.create_name("s")
+        block.line(f"{m} = row_max({buf})")
+        j = names.create_name("j")
+        exp = "exp32" if dtype.name == "float32" else "math.exp"
+        if self.log:
+            with block.indent(f"for {j} in range({buf}.size):"):
+                block.line(f"{buf}[{j}] = {buf}[{j}] - {m}")
+            block.line(f"{s} = math.log(row_sum_exp{dtype.itemsize * 8}({buf}))")
+            return lambda j: f"{buf}[{j}] - {s}"
+        with block.indent(f"for {j} in range({buf}.size):"):
+            block.line(f"{buf}[{j}] = {exp}({buf}[{j}] - {m})")
+        block.line(f"{s} = row_sum({buf})")
+        return lambda j: f"{buf}[{j}] / {s}"
+
+
+class _LogSoftmax(_Softmax):
+    """``(x - max) - log(sum(exp(x - max)))`` over the last dimension."""
+
+    log = True
+
+
+class _LayerNorm:
+    """``(x - mean) * (1 / sqrt(var + eps)) * weight + bias`` over the trailing ``normalized_shape``."""
+
+    def row_dims(self, node, input_meta):
+        args = _bound(node)
+        shape = args["normalized_shape"]
+        shape = (shape,) if type(shape) is int else tuple(shape)
+        if not shape or len(shape) > len(input_meta.shape) or type(args["eps"]) not in (int, float):
+            return None
+        return len(shape)
+
+    def operands(self, node):
+        args = _bound(node)
+        return tuple(args[k] for k in ("weight", "bias") if args[k] is not None)
+
+    def emit(self, block, names, buf, dtype, node, emitter):
+        args = _bound(node)
+        mean, rstd = names.create_name("mean"), names.create_name("rstd")
+        eps = ast.unparse(typed_constant(args["eps"], dtype))
+        one = ast.unparse(typed_constant(1, dtype))
+        size = f"np.{dtype.name}({buf}.size)"  # NOTE: numba widens float32 / int64 to float64
+        block.line(f"{mean} = row_sum({buf}) / {size}")
+        block.line(f"{rstd} = {one} / math.sqrt(row_sum_squares({buf}, {mean}) / {size} + {eps})")
+        weight, bias = args["weight"], args["bias"]
+
+        def value(j):
+            text = f"({buf}[{j}] - {mean}) * {rstd}"
+            if weight is not None:
+                text = f"{text} * {ast.unparse(emitter.values[weight])}"
+            if bias is not None:
+                text = f"{text} + {ast.unparse(emitter.values[bias])}"
+            return text
+
+        return value
+
+
+ROW_OPS = {get_op("softmax"): _Softmax(), get_op("log_softmax"): _LogSoftmax(), get_op("layer_norm"): _LayerNorm()}
+"""Registry op -> how a row kernel reduces and normalises it."""
+
+
+def row_node(graph):
+    """The one row-op call of a body, or None."""
+    found = [n for n in graph.nodes if n.op == "call" and n.target in ROW_OPS]
+    return found[0] if len(found) == 1 else None
+
+
+def row_layout(shape, k, operand_shapes):
+    """Whether every operand is full or broadcast over the last ``k`` dims of ``shape``."""
+    for s in operand_shapes:
+        aligned = (1,) * (len(shape) - len(s)) + tuple(s)
+        row = [aligned[d] for d in range(len(shape) - k, len(shape)) if shape[d] != 1]
+        if any(e == 1 for e in row) and any(e != 1 for e in row):
+            return False
+    return True
+
+
+def row_kernel(fused, args, names=None):
+    """Generate the row kernel of a `FusedOp` holding one row op (see the module docstring).
+
+    Args:
+        fused: the `FusedOp`.
+        args: per input, a `TensorMeta` or the Python value it receives.
+        names: the graph's names of the inputs, for the leading comment.
+
+    Returns:
+        A contiguous-only `KernelSource` with the entry point ``kernel(out0, ..., x0, ...)``.
+
+    Raises:
+        LoweringError: the group is no row kernel (an operand mixing full and
+            broadcast row dims, an epilogue reading a prologue value, ...).
+    """
+    graph = fused.graph
+    metas = value_metas(graph, args)
+    row = row_node(graph)
+    if row is None:
+        raise LoweringError(f"{fused.name}: a row kernel needs exactly one of {', '.join(o.name for o in ROW_OPS)}")
+    rule = ROW_OPS[row.target]
+    shape = metas[row.args[0]].shape
+    k = rule.row_dims(row, metas[row.args[0]])
+    dtype = metas[row].dtype
+    calls = [n for n in graph.nodes if n.op == "call"]
+    prologue = calls[:calls.index(row)]
+    epilogue = calls[calls.index(row) + 1:]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    result = graph.output_node().args[0]
+    results = list(result) if type(result) is tuple else [result]
+    arrays = [n for n in placeholders if isinstance(metas[n], TensorMeta)]
+    problem = _check(row, k, dtype, shape, prologue, epilogue, results, arrays, metas)
+    if problem:
+        raise LoweringError(f"{fused.name}: no row kernel: {problem}")
+    module = CodeBlock()
+    module.lines(_ROW_HEADER)
+    module.lines(["", ""])
+    _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue)
+    inputs = tuple(metas[n] if isinstance(metas[n], TensorMeta) else type(metas[n]) for n in placeholders)
+    header = kernel_header(fused, placeholders, names)
+    return KernelSource(str(module), header, inputs, tuple(metas[r] for r in results), contiguous_only=True)
+
+
+def _check(row, k, dtype, shape, prologue, epilogue, results, arrays, metas):
+    if k is None:
+        return f"{row.format_node()} does not reduce over the last dimension(s)"
+    if dtype.name not in _FLOATS or metas[row.args[0]].dtype is not dtype:
+        return f"the row op computes in {dtype.name}; row kernels take float32 and float64"
+    inside = set(prologue)
+    if any(used in inside for node in epilogue for used in node.all_input_nodes):
+        return "an epilogue op reads a prologue value"
+    if any(metas[r].shape != shape for r in results) or row in inside:
+        return "an output does not have the row op's shape"
+    if not row_layout(shape, k, [metas[n].shape for n in arrays]):
+        return "an operand is full in some row dimensions and broadcast in others"
+    return None
+
+
+def _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue):
+    namespace = Namespace(_ROW_RESERVED)
+    params = [namespace.create_name(f"x{i}") for i in range(len(placeholders))]
+    outs = [namespace.create_name(f"out{i}") for i in range(len(results))]
+    operands = [(outs[i], metas[r].shape) for i, r in enumerate(results)]
+    operands += [(params[i], metas[n].shape) for i, n in enumerate(placeholders) if isinstance(metas[n], TensorMeta)]
+    # The loop nest: outer dimensions collapsed as elementwise kernels do, the row dims as one.
+    outer = shape[:len(shape) - k]
+    groups = [g for g in collapse(outer, [_outer(s, shape, k) for _, s in operands]) if g]
+    groups.append([d for d in range(len(shape) - k, len(shape)) if shape[d] != 1])
+    parallel = parallel_for(shape)
+    module.line(jit_decorator(parallel))
+    with module.indent(f"def kernel({', '.join(outs + params)}):"):
+        extents = group_extents(module, namespace, shape, groups, operands)
+        views = contiguous_views(module, namespace, shape, groups, extents, operands)
+        rows, per, tasks, task, r, rest, buf = (namespace.create_name(n) for n in
+                                                 ("rows", "per", "tasks", "task", "r", "rest", "buf"))
+        indices = [namespace.create_name(f"i{g}") for g in range(len(groups) - 1)] + [namespace.create_name("j")]
+        module.line(f"{rows} = {' * '.join(extents[:-1]) or '1'}")
+        module.line(f"{per} = max(1, {BLOCK} // max({extents[-1]}, 1))")
+        module.line(f"{tasks} = ({rows} + {per} - 1) // {per}")
+        emitter = ScalarEmitter(namespace, metas)
+        arrays = {}
+        for i, node in enumerate(placeholders):
+            if isinstance(metas[node], TensorMeta):
+                arrays[node] = params[i]
+            else:
+                emitter.bind(node, ast.Name(params[i], _LOAD))
+
+        def task_body(block):
+            names = namespace
+            block.line(f"{buf} = np.empty({extents[-1]}, np.{dtype.name})")
+            with block.indent(f"for {r} in range({task} * {per}, min({rows}, {task} * {per} + {per})):"):
+                if len(indices) > 1:
+                    block.line(f"{rest} = {r}")
+                    for g in range(len(indices) - 2, 0, -1):
+                        block.line(f"{indices[g]} = {rest} % {extents[g]}")
+                        block.line(f"{rest} = {rest} // {extents[g]}")
+                    block.line(f"{indices[0]} = {rest}")
+                j = indices[-1]
+                with block.indent(f"for {j} in range({extents[-1]}):"):
+                    _loads(block, names, emitter, arrays, _reads(prologue, row, rule, before=True), views, shape,
+                           groups, indices, metas)
+                    for node in prologue:
+                        emitter.emit(block, node)
+                    block.line(f"{buf}[{j}] = {ast.unparse(emitter.operand(row.args[0], dtype))}")
+                value = rule.emit(block, names, buf, dtype, row, emitter)
+                with block.indent(f"for {j} in range({extents[-1]}):"):
+                    _loads(block, names, emitter, arrays, _reads(epilogue, row, rule, before=False), views, shape,
+                           groups, indices, metas)
+                    local = names.create_name(row.target.name)
+                    block.line(f"{local} = {ast.unparse(cast(ast.parse(value(j), mode='eval').body, dtype))}")
+                    emitter.bind(row, ast.Name(local, _LOAD))
+                    for node in epilogue:
+                        emitter.emit(block, node)
+                    for out, node in zip(outs, results):
+                        index = element_index(shape, metas[node].shape, groups, indices, False)
+                        block.line(f"{views[out]}[{index}] = {ast.unparse(emitter.values[node])}")
+
+        with module.indent(f"for {task} in {'numba.prange' if parallel else 'range'}({tasks}):"):
+            task_body(module)
+
+
+def _outer(operand_shape, shape, k):
+    aligned = (1,) * (len(shape) - len(operand_shape)) + tuple(operand_shape)
+    return aligned[:len(shape) - k]
+
+
+def _reads(nodes, row, rule, before):
+    """The placeholders a loop reads: its nodes' inputs (and the row op's, before or after it)."""
+    reads = [used for node in nodes for used in node.all_input_nodes]
+    if before:
+        reads.append(row.args[0])
+    else:
+        reads.extend(rule.operands(row))
+    return reads
+
+
+def _loads(block, names, emitter, arrays, reads, views, shape, groups, indices, metas):
+    """Load each array placeholder in ``reads`` at the loop's position, once."""
+    seen = set()
+    for node in reads:
+        if node in arrays and node not in seen:
+            seen.add(node)
+            param = arrays[node]
+            local = names.create_name(param)
+            block.line(f"{local} = {views[param]}[{element_index(shape, metas[node].shape, groups, indices, False)}]")
+            emitter.bind(node, ast.Name(local, _LOAD))

@@ -1,0 +1,304 @@
+"""`from_onnx`: an ONNX model as a `GraphModule` of registry ops (``fxkit.from_onnx``).
+
+The file is parsed by the ``onnx`` package (protobuf only: nothing in it is
+executed or unpickled), checked with ``onnx.checker``, and each node becomes
+registry op calls through the import table keyed by ONNX op type
+(`fxkit.interop.onnx_import_rules`). Initializers become the module's
+parameters and buffers under their names (``layer1.0.conv1.weight`` stays a
+dotted path), read with ``get_attr``. The result is an ordinary GraphModule:
+fxkit's passes (fusion, quantization, splitting) apply to it.
+
+Values while importing are graph nodes (tensors), `Const` (initializers and
+``Constant`` outputs, turned into ``get_attr`` nodes where a tensor is
+needed) or `Dims` (shape arithmetic: ``Shape``, ``Gather``, ``Concat`` on
+shapes), which stay Python values so ``Reshape`` gets a shape it can use.
+
+Example:
+    >>> gm = fxkit.from_onnx("resnet18.onnx")
+    >>> gm(fxkit.randn(2, 3, 224, 224)).shape
+    (2, 1000)
+"""
+import os
+
+import numpy as np
+
+from fxkit.codegen.namespace import sanitize
+from fxkit.errors import FxkitError, GraphError
+from fxkit.graph import Graph, GraphModule, Node
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.nn.parameter import Parameter
+from fxkit.runtime.registry import get_op
+from fxkit.runtime.tensor import Tensor
+
+
+class Const:
+    """A constant known while importing: an initializer or a ``Constant`` node's value."""
+
+    __slots__ = ("array", "name")
+
+    def __init__(self, array, name):
+        self.array = array
+        self.name = name
+
+
+class Dims(list):
+    """A shape value (items: ints, or nodes computing Python ints); ``scalar`` when 0-d."""
+
+    def __init__(self, items, scalar=False):
+        super().__init__(items)
+        self.scalar = scalar
+
+
+def from_onnx(source):
+    """Import an ONNX model into a `GraphModule`.
+
+    Args:
+        source: a path, the serialized bytes, or an ``onnx.ModelProto``.
+
+    Returns:
+        A `GraphModule` whose inputs are the ONNX graph inputs (in order) and
+        whose output is the ONNX output (a tuple when there are several).
+
+    Raises:
+        GraphError: the file is not a valid ONNX model, or a node uses an op type
+            or attribute fxkit does not import (naming the node and its op type).
+    """
+    try:
+        import onnx
+    except ImportError:
+        raise ImportError("fxkit.from_onnx needs the onnx package: pip install 'fxkit[onnx]'") from None
+    from fxkit.interop import onnx_import_shape  # noqa: F401  (fills the table)
+    from fxkit.interop.onnx_import_rules import IMPORT_RULES
+
+    model = _load(onnx, source)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise GraphError(f"fxkit.from_onnx: the ONNX model is invalid: {exc}") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        raise GraphError("fxkit.from_onnx: the model imports no version of the default ONNX domain")
+    try:
+        typed = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001  (shapes only help rules; a model they fail on may still import)
+        typed = model
+    return _Importer(onnx, model, typed, opset, IMPORT_RULES).run()
+
+
+def _load(onnx, source):
+    if isinstance(source, onnx.ModelProto):
+        return source
+    try:
+        if isinstance(source, (bytes, bytearray)):
+            return onnx.load_model_from_string(bytes(source))
+        if isinstance(source, (str, os.PathLike)):
+            return onnx.load(os.fspath(source))
+    except (OSError, ValueError) as exc:
+        raise GraphError(f"fxkit.from_onnx: cannot read {source if not isinstance(source, bytes) else 'the bytes'} "
+                         f"as an ONNX model: {exc}") from None
+    except Exception as exc:  # noqa: BLE001  (protobuf's DecodeError and friends)
+        raise GraphError(f"fxkit.from_onnx: {source!r} is not a valid ONNX model (protobuf could not parse "
+                         f"it: {type(exc).__name__}: {exc})") from None
+    raise TypeError(f"fxkit.from_onnx: expected a path, bytes or onnx.ModelProto, got {type(source).__name__}")
+
+
+class _Importer:
+    def __init__(self, onnx, model, typed, opset, rules):
+        self.onnx = onnx
+        self.model = model
+        self.opset = opset
+        self.rules = rules
+        self.graph = Graph()
+        self.root = {}
+        self.values = {}
+        self._attrs = {}
+        self._paths = set()
+        self.types = {}
+        g = typed.graph
+        for info in list(g.input) + list(g.value_info) + list(g.output):
+            self.types[info.name] = info.type.tensor_type
+
+    def run(self):
+        g = self.model.graph
+        for init in g.initializer:
+            self.values[init.name] = Const(self.onnx.numpy_helper.to_array(init), init.name)
+        for info in g.input:
+            if info.name not in self.values:
+                self.values[info.name] = self.graph.placeholder(sanitize(info.name))
+        for proto in g.node:
+            self._import_node(proto)
+        outputs = []
+        for info in g.output:
+            value = self.values.get(info.name)
+            if value is None:
+                raise GraphError(f"fxkit.from_onnx: the graph output {info.name!r} is computed by no node")
+            outputs.append(self.tensor(value))
+        self.graph.output(outputs[0] if len(outputs) == 1 else tuple(outputs))
+        self.graph.eliminate_dead_code()  # shape values computed but never used
+        name = sanitize(g.name) if g.name else "OnnxModel"
+        return GraphModule(self.root, self.graph, class_name=name)
+
+    def _import_node(self, proto):
+        where = f"node {proto.name or proto.output[0]!r} (op type {proto.op_type}"
+        where += f", domain {proto.domain!r})" if proto.domain not in ("", "ai.onnx") else ")"
+        rule = self.rules.get(proto.op_type) if proto.domain in ("", "ai.onnx") else None
+        if rule is None:
+            supported = ", ".join(sorted(self.rules))
+            raise GraphError(f"fxkit.from_onnx: {where} is not supported\n  hint: fxkit imports the op types "
+                             f"{supported}")
+        for name in proto.input:
+            if name and name not in self.values:
+                raise GraphError(f"fxkit.from_onnx: {where} reads {name!r}, which no earlier node, initializer "
+                                 f"or graph input defines (the file is malformed or not topologically sorted)")
+        call = NodeCall(self, proto)
+        try:
+            results = rule(call)
+        except GraphError as exc:
+            raise GraphError(f"fxkit.from_onnx: {where}: {exc}") from None
+        except (FxkitError, ValueError, TypeError, IndexError, KeyError) as exc:
+            raise GraphError(f"fxkit.from_onnx: {where} could not be imported: {type(exc).__name__}: {exc}") from exc
+        results = list(results) if isinstance(results, (tuple, list)) and not isinstance(results, Dims) else [results]
+        for i, name in enumerate(proto.output):
+            if not name:
+                continue
+            if i >= len(results):
+                raise GraphError(f"fxkit.from_onnx: {where}: its output {i} ({name!r}) has no fxkit equivalent")
+            self.values[name] = results[i]
+
+    # -- values ------------------------------------------------------------------------
+    def tensor(self, value):
+        """``value`` as a graph node: constants become ``get_attr`` of a module attribute."""
+        if isinstance(value, Node):
+            return value
+        if isinstance(value, Const):
+            node = self._attrs.get(id(value))
+            if node is None:
+                path = self._attr_path(value.name)
+                array = np.ascontiguousarray(value.array)
+                tensor = Tensor(array)
+                # NOTE: an imported model is for inference: its parameters start without
+                # gradients (``p.requires_grad = True`` to fine-tune); BatchNorm's running
+                # statistics are parameters here too, which batch_norm refuses to differentiate.
+                self.root[path] = Parameter(tensor, requires_grad=False) if array.dtype.kind == "f" else tensor
+                node = self._attrs[id(value)] = self.graph.get_attr(path)
+            return node
+        if isinstance(value, Dims):
+            raise GraphError("a shape computed with Shape/Gather/Concat is used as a data tensor, which fxkit "
+                             "does not import; only shape inputs (Reshape, Expand, ...) may read it")
+        raise GraphError(f"expected a tensor, got {value!r}")
+
+    def _attr_path(self, name):
+        """A module attribute path for an initializer: its dotted name when every part
+        is an identifier or an index and it clashes with nothing, else one identifier."""
+        parts = name.split(".")
+        fits = all(p.isidentifier() or p.isdigit() for p in parts) and not parts[-1].isdigit()
+        prefixes = {".".join(parts[:i]) for i in range(1, len(parts))}
+        if not fits or name in self._paths or prefixes & self._paths or any(
+                p.startswith(name + ".") for p in self._paths):
+            base, i = sanitize(name).lstrip("_") or "const", 0
+            if not base[0].isalpha():
+                base = "c_" + base
+            name = base
+            while name in self._paths or any(p.startswith(name + ".") for p in self._paths):
+                i += 1
+                name = f"{base}_{i}"
+        self._paths.add(name)
+        return name
+
+    def dtype(self, name):
+        """The fxkit dtype of the ONNX value ``name``, when known."""
+        value = self.values.get(name)
+        if isinstance(value, Const):
+            return _dt.from_numpy(value.array.dtype)
+        info = self.types.get(name)
+        if info is not None and info.elem_type:
+            return _dt.from_numpy(self.onnx.helper.tensor_dtype_to_np_dtype(info.elem_type))
+        return None
+
+    def shape(self, name):
+        """The dims of the ONNX value ``name`` (ints, None where unknown), or None."""
+        value = self.values.get(name)
+        if isinstance(value, Const):
+            return list(value.array.shape)
+        info = self.types.get(name)
+        if info is None or not info.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else None for d in info.shape.dim]
+
+
+class NodeCall:
+    """What an import rule sees of one ONNX node: its inputs, attributes and helpers."""
+
+    def __init__(self, importer, proto):
+        self.importer = importer
+        self.proto = proto
+        self.op_type = proto.op_type
+        self.opset = importer.opset
+        helper = importer.onnx.helper
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+        self.n_inputs = len(proto.input)
+
+    def attr(self, name, default=None):
+        """An attribute's value (bytes become str)."""
+        value = self.attrs.get(name, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def value(self, i):
+        """Input ``i`` as imported (a node, `Const` or `Dims`), or None when left out."""
+        if i >= self.n_inputs or not self.proto.input[i]:
+            return None
+        return self.importer.values[self.proto.input[i]]
+
+    def tensor(self, i):
+        """Input ``i`` as a graph node (None when left out)."""
+        value = self.value(i)
+        return None if value is None else self.importer.tensor(value)
+
+    def const(self, i):
+        """Input ``i`` as a numpy array; it must be a constant."""
+        value = self.value(i)
+        if isinstance(value, Const):
+            return value.array
+        if isinstance(value, Dims) and all(type(d) is int for d in value):
+            return np.array(value, dtype=np.int64)
+        raise GraphError(f"input {i} ({self.proto.input[i]!r}) must be a constant (an initializer or a "
+                         f"Constant node) for fxkit to import this node")
+
+    def ints(self, i):
+        """Input ``i`` as a list of ints or nodes computing ints (a shape)."""
+        value = self.value(i)
+        if isinstance(value, Dims):
+            return list(value)
+        return [int(v) for v in np.asarray(self.const(i)).reshape(-1)]
+
+    def scalar(self, i):
+        """Input ``i`` as a Python number (a constant with one element), None when left out."""
+        value = self.value(i)
+        if value is None:
+            return None
+        if isinstance(value, Dims):
+            return value[0]
+        return np.asarray(self.const(i)).reshape(-1)[0].item()
+
+    def dtype(self, i):
+        return self.importer.dtype(self.proto.input[i])
+
+    def shape(self, i):
+        return self.importer.shape(self.proto.input[i])
+
+    def rank(self, i):
+        """The rank of input ``i``; it must be known (from the model's shape information)."""
+        shape = self.shape(i)
+        if shape is None:
+            raise GraphError(f"the rank of input {i} ({self.proto.input[i]!r}) is unknown; add shape "
+                             f"information to the model (onnx.shape_inference.infer_shapes)")
+        return len(shape)
+
+    def call(self, op_name, *args, **kwargs):
+        """Record ``op_name(*args, **kwargs)``, named after the ONNX node."""
+        hint = self.proto.output[0] or self.proto.name or self.op_type.lower()
+        return self.importer.graph.call(get_op(op_name), args, kwargs, name=sanitize(hint))
+
+    def const_value(self, array):
+        """A new constant (folded at import time)."""
+        return Const(np.asarray(array), self.proto.output[0] or self.op_type)

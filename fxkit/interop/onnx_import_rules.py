@@ -1,0 +1,323 @@
+"""The ONNX import table: ONNX op type -> rule building registry op calls.
+
+A rule takes a `NodeCall` (``c.tensor(i)``, ``c.ints(i)``, ``c.attr(name)``,
+``c.call(op_name, ...)``) and returns the node's result (a list for several
+outputs). Shape arithmetic (``Shape``, ``Gather``/``Concat``/``Mul`` on
+shapes) stays `Dims`, Python values, so shapes computed in the file still
+reach ``Reshape`` and ``Expand`` as shapes.
+"""
+import numpy as np
+
+from fxkit.errors import GraphError
+from fxkit.interop.onnx_import import Const, Dims
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.registry import get_op
+
+IMPORT_RULES = {}
+
+
+def import_rule(*op_types):
+    """Register the decorated function as the import rule of ``op_types``."""
+    def register(fn):
+        for op_type in op_types:
+            IMPORT_RULES[op_type] = fn
+        return fn
+    return register
+
+
+def refuse(c, what):
+    """The error of a node using a feature fxkit does not import (the caller names the node)."""
+    return GraphError(f"{what} is not supported by fxkit.from_onnx")
+
+
+def fxkit_dtype(onnx_type):
+    """The fxkit dtype of an ONNX ``TensorProto`` element type."""
+    import onnx
+
+    return _dt.from_numpy(onnx.helper.tensor_dtype_to_np_dtype(onnx_type))
+
+
+# -- elementwise ---------------------------------------------------------------------------
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Pow": "pow", "Equal": "eq", "Less": "lt",
+           "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge", "And": "logical_and", "Or": "logical_or",
+           "Xor": "logical_xor", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
+_UNARY = {"Neg": "neg", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Sin": "sin", "Cos": "cos",
+          "Tanh": "tanh", "Erf": "erf", "Reciprocal": "reciprocal", "Sigmoid": "sigmoid", "Relu": "relu",
+          "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign", "Not": "logical_not", "IsNaN": "isnan",
+          "BitwiseNot": "bitwise_not"}
+_DIMS_ARITHMETIC = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "floor_divide"}
+
+
+def _dims_arithmetic(c, op_name):
+    """Shape arithmetic: elementwise on `Dims` (one-element sides broadcast)."""
+    left, right = (c.value(i) if isinstance(c.value(i), Dims) else Dims(c.ints(i)) for i in (0, 1))
+    n = max(len(left), len(right))
+    left, right = (side * n if len(side) == 1 else side for side in (left, right))
+    op = get_op(op_name)
+    items = [op.impl(np, x, y) if type(x) is int and type(y) is int else c.call(op_name, x, y)
+             for x, y in zip(left, right)]
+    return Dims([int(v) if isinstance(v, np.integer) else v for v in items],
+               scalar=getattr(c.value(0), "scalar", False))
+
+
+@import_rule(*_BINARY, "Div")
+def _binary(c):
+    if c.op_type in _DIMS_ARITHMETIC and (isinstance(c.value(0), Dims) or isinstance(c.value(1), Dims)):
+        return _dims_arithmetic(c, _DIMS_ARITHMETIC[c.op_type])
+    x, y = c.tensor(0), c.tensor(1)
+    if c.op_type == "Div":
+        dtype = c.dtype(0)
+        if dtype is not None and not dtype.is_floating_point:
+            return c.call("div", x, y, rounding_mode="trunc")  # ONNX's integer division truncates
+        return c.call("div", x, y)
+    return c.call(_BINARY[c.op_type], x, y)
+
+
+@import_rule(*_UNARY)
+def _unary(c):
+    return c.call(_UNARY[c.op_type], c.tensor(0))
+
+
+@import_rule("Max", "Min")
+def _max_min(c):
+    result = c.tensor(0)
+    for i in range(1, c.n_inputs):
+        result = c.call("maximum" if c.op_type == "Max" else "minimum", result, c.tensor(i))
+    return result
+
+
+@import_rule("Mod")
+def _mod(c):
+    if c.attr("fmod", 0):
+        raise refuse(c, "Mod with fmod=1 (C's remainder sign)")
+    return c.call("remainder", c.tensor(0), c.tensor(1))
+
+
+@import_rule("Where")
+def _where(c):
+    return c.call("where", c.tensor(0), c.tensor(1), c.tensor(2))
+
+
+@import_rule("Clip")
+def _clip(c):
+    bounds = []
+    for i in (1, 2):
+        value = c.value(i)
+        bounds.append(None if value is None else (c.scalar(i) if isinstance(value, (Const, Dims)) else c.tensor(i)))
+    return c.call("clamp", c.tensor(0), min=bounds[0], max=bounds[1])
+
+
+@import_rule("LeakyRelu")
+def _leaky_relu(c):
+    return c.call("leaky_relu", c.tensor(0), float(c.attr("alpha", 0.01)))
+
+
+@import_rule("Gelu")
+def _gelu(c):
+    return c.call("gelu", c.tensor(0), approximate=c.attr("approximate", "none"))
+
+
+@import_rule("Softmax", "LogSoftmax")
+def _softmax(c):
+    if c.opset < 13:
+        raise refuse(c, f"{c.op_type} before opset 13 (it flattened the input)")
+    return c.call("softmax" if c.op_type == "Softmax" else "log_softmax", c.tensor(0), c.attr("axis", -1))
+
+
+@import_rule("Identity", "Dropout")
+def _identity(c):
+    if c.op_type == "Dropout" and c.value(2) is not None and c.scalar(2):
+        raise refuse(c, "Dropout in training mode")
+    return c.value(0)
+
+
+@import_rule("Cast")
+def _cast(c):
+    dtype = fxkit_dtype(c.attr("to"))
+    value = c.value(0)
+    if isinstance(value, Dims):
+        return value
+    if isinstance(value, Const):
+        return c.const_value(value.array.astype(dtype.np))
+    return c.call("to", c.tensor(0), dtype=dtype)
+
+
+# -- matmul, conv, pooling, normalisation --------------------------------------------------------
+@import_rule("MatMul")
+def _matmul(c):
+    return c.call("matmul", c.tensor(0), c.tensor(1))
+
+
+@import_rule("Gemm")
+def _gemm(c):
+    a, b = c.tensor(0), c.tensor(1)
+    alpha, beta = c.attr("alpha", 1.0), c.attr("beta", 1.0)
+    bias = c.tensor(2)
+    if c.attr("transA", 0):
+        a = c.call("t", a)
+    if c.attr("transB", 0) and alpha == 1.0 and (bias is None or beta == 1.0):
+        return c.call("linear", a, b, bias)  # the layout of a Linear layer: weight (out, in)
+    if c.attr("transB", 0):
+        b = c.call("t", b)
+    y = c.call("matmul", a, b)
+    if alpha != 1.0:
+        y = c.call("mul", y, alpha)
+    if bias is not None and beta != 0.0:
+        y = c.call("add", y, bias if beta == 1.0 else c.call("mul", bias, beta))
+    return y
+
+
+@import_rule("Einsum")
+def _einsum(c):
+    return c.call("einsum", c.attr("equation"), *(c.tensor(i) for i in range(c.n_inputs)))
+
+
+def _symmetric_pads(c, n):
+    """The per-dim padding of ``pads`` (begin == end), or an explicit ``pad`` when not."""
+    auto = c.attr("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return [0] * n, None
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        raise refuse(c, f"auto_pad={auto}; re-export with explicit pads")
+    pads = list(c.attr("pads", [0] * (2 * n)))
+    begins, ends = pads[:n], pads[n:]
+    if begins == ends:
+        return begins, None
+    torch_pads = []
+    for b, e in zip(reversed(begins), reversed(ends)):
+        torch_pads += [b, e]
+    return [0] * n, torch_pads
+
+
+@import_rule("Conv")
+def _conv(c):
+    weight_shape = c.shape(1)
+    n = len(weight_shape) - 2 if weight_shape else len(c.attr("kernel_shape", ()))
+    if n not in (1, 2):
+        raise refuse(c, f"a {n}-D convolution")
+    padding, explicit = _symmetric_pads(c, n)
+    x = c.tensor(0)
+    if explicit is not None:
+        x = c.call("pad", x, explicit)
+    return c.call("conv1d" if n == 1 else "conv2d", x, c.tensor(1), c.tensor(2), tuple(c.attr("strides", [1] * n)),
+                  tuple(padding), tuple(c.attr("dilations", [1] * n)), c.attr("group", 1))
+
+
+@import_rule("ConvTranspose")
+def _conv_transpose(c):
+    if "output_shape" in c.attrs:
+        raise refuse(c, "ConvTranspose with output_shape; re-export with pads and output_padding")
+    padding, explicit = _symmetric_pads(c, 2)
+    if explicit is not None:
+        raise refuse(c, "ConvTranspose with asymmetric pads")
+    return c.call("conv_transpose2d", c.tensor(0), c.tensor(1), c.tensor(2), tuple(c.attr("strides", [1, 1])),
+                  tuple(padding), tuple(c.attr("output_padding", [0, 0])), c.attr("group", 1),
+                  tuple(c.attr("dilations", [1, 1])))
+
+
+@import_rule("MaxPool", "AveragePool")
+def _pool(c):
+    kernel = list(c.attr("kernel_shape"))
+    if len(kernel) != 2:
+        raise refuse(c, f"{len(kernel)}-D pooling")
+    if len(c.proto.output) > 1 and c.proto.output[1]:
+        raise refuse(c, "MaxPool's Indices output")
+    padding, explicit = _symmetric_pads(c, 2)
+    if explicit is not None:
+        raise refuse(c, "pooling with asymmetric pads")
+    strides = tuple(c.attr("strides", [1, 1]))
+    ceil = bool(c.attr("ceil_mode", 0))
+    if c.op_type == "MaxPool":
+        return c.call("max_pool2d", c.tensor(0), tuple(kernel), strides, tuple(padding),
+                      tuple(c.attr("dilations", [1, 1])), ceil_mode=ceil)
+    return c.call("avg_pool2d", c.tensor(0), tuple(kernel), strides, tuple(padding), ceil_mode=ceil,
+                  count_include_pad=bool(c.attr("count_include_pad", 0)))
+
+
+@import_rule("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(c):
+    dims = tuple(range(2, c.rank(0)))
+    op_name = "mean" if c.op_type == "GlobalAveragePool" else "amax"
+    return c.call(op_name, c.tensor(0), dims, keepdim=True)
+
+
+@import_rule("BatchNormalization")
+def _batch_norm(c):
+    if c.attr("training_mode", 0) or any(c.proto.output[1:]):
+        raise refuse(c, "BatchNormalization in training mode")
+    return c.call("batch_norm", c.tensor(0), c.tensor(3), c.tensor(4), c.tensor(1), c.tensor(2), False, 0.1,
+                  float(c.attr("epsilon", 1e-5)))
+
+
+@import_rule("LayerNormalization")
+def _layer_norm(c):
+    if any(c.proto.output[1:]):
+        raise refuse(c, "LayerNormalization's Mean and InvStdDev outputs")
+    axis = c.attr("axis", -1)
+    shape = c.shape(0)
+    if shape is None or any(d is None for d in shape[axis:]):
+        shape = c.shape(1)  # the scale has the normalized shape
+        normalized = shape
+    else:
+        normalized = shape[axis:]
+    if normalized is None or any(d is None for d in normalized):
+        raise refuse(c, "LayerNormalization over dims of unknown size")
+    return c.call("layer_norm", c.tensor(0), tuple(normalized), c.tensor(1), c.tensor(2),
+                  float(c.attr("epsilon", 1e-5)))
+
+
+# -- reductions ------------------------------------------------------------------------------
+_REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "amax", "ReduceMin": "amin",
+           "ReduceProd": "prod", "ReduceL1": "norm", "ReduceL2": "norm", "ReduceLogSumExp": "logsumexp"}
+
+
+@import_rule(*_REDUCE)
+def _reduce(c):
+    axes = c.attr("axes")
+    if axes is None and c.value(1) is not None:
+        axes = c.ints(1)
+    if not axes:
+        if c.attr("noop_with_empty_axes", 0):
+            return c.value(0)
+        axes = list(range(c.rank(0)))
+    keep = bool(c.attr("keepdims", 1))
+    op_name, x = _REDUCE[c.op_type], c.tensor(0)
+    if op_name == "norm":
+        return c.call("norm", x, 1 if c.op_type == "ReduceL1" else 2, tuple(axes), keep)
+    if op_name == "prod":
+        if len(axes) != 1:
+            raise refuse(c, "ReduceProd over several axes")
+        return c.call("prod", x, axes[0], keep)
+    return c.call(op_name, x, tuple(axes), keep)
+
+
+@import_rule("ArgMax", "ArgMin")
+def _argmax(c):
+    if c.attr("select_last_index", 0):
+        raise refuse(c, "select_last_index=1")
+    return c.call(c.op_type.lower(), c.tensor(0), c.attr("axis", 0), bool(c.attr("keepdims", 1)))
+
+
+@import_rule("CumSum")
+def _cumsum(c):
+    if c.attr("exclusive", 0) or c.attr("reverse", 0):
+        raise refuse(c, "CumSum with exclusive or reverse")
+    return c.call("cumsum", c.tensor(0), int(c.scalar(1)))
+
+
+@import_rule("Trilu")
+def _trilu(c):
+    k = c.scalar(1) if c.value(1) is not None else 0
+    return c.call("triu" if c.attr("upper", 1) else "tril", c.tensor(0), int(k))
+
+
+@import_rule("OneHot")
+def _one_hot(c):
+    if c.attr("axis", -1) != -1:
+        raise refuse(c, "OneHot with an axis other than -1")
+    values = c.const(2)
+    hot = c.call("one_hot", c.call("long", c.tensor(0)), int(c.scalar(1)))
+    if list(values) == [0, 1]:
+        return c.call("to", hot, dtype=_dt.from_numpy(values.dtype))
+    return c.call("add", c.call("mul", c.call("to", hot, dtype=_dt.from_numpy(values.dtype)),
+                                values[1].item() - values[0].item()), values[0].item())

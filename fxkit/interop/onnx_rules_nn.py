@@ -1,0 +1,278 @@
+"""ONNX export rules of matmul, convolution, pooling, normalisation, softmax,
+reduction and embedding ops, and of the layers exported without tracing.
+
+Export describes inference, as ``torch.onnx.export``'s default does: dropout
+is the identity and batch norm uses its running statistics. A graph traced in
+training mode (``dropout(..., training=True)``) is refused with a hint.
+"""
+import math
+
+import numpy as np
+
+from fxkit.interop.onnx_builder import Value
+from fxkit.interop.onnx_rules import axis, concrete, export_rule, module_rule, operands, unsupported
+from fxkit.runtime import dtypes as _dt
+from fxkit.runtime import nn
+
+
+def _pairs(value, n):
+    return list(value) if isinstance(value, (tuple, list)) else [value] * n
+
+
+def _axes(dim, rank):
+    """``dim`` (None, an int or a sequence; None or ``()`` mean all) as non-negative axes."""
+    if dim is None or (isinstance(dim, (tuple, list)) and not dim):
+        return list(range(rank))
+    dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+    return [axis(d, rank) for d in dims]
+
+
+# -- matmul --------------------------------------------------------------------------------
+@export_rule("matmul", "mm", "bmm")
+def _matmul(b, op, a, out):
+    return b.op("MatMul", *operands(b, op, out, a.a, a.b))
+
+
+@export_rule("linear")
+def _linear(b, op, a, out):
+    x, w = a.x.name, a.weight.name
+    bias = a.bias.name if isinstance(a.bias, Value) else None
+    if len(a.x.meta.shape) == 2:
+        return b.op("Gemm", x, w, bias, transB=1)
+    # Gemm wants matrices: fold the leading dims in and out again, which keeps the weight
+    # in its (out, in) layout (a re-imported model has the same parameters).
+    rows = b.op("Reshape", x, b.ints([-1, a.weight.meta.shape[1]]))
+    return b.reshape(b.op("Gemm", rows, w, bias, transB=1), out.shape)
+
+
+@export_rule("addmm")
+def _addmm(b, op, a, out):
+    return b.op("Gemm", a.a.name, a.b.name, a.inp.name, alpha=float(a.alpha), beta=float(a.beta))
+
+
+@export_rule("baddbmm")
+def _baddbmm(b, op, a, out):
+    product = b.op("MatMul", a.a.name, a.b.name)
+    if a.alpha != 1:
+        product = b.op("Mul", product, b.scalar(a.alpha, out.dtype))
+    if a.beta == 0:
+        return product
+    base = a.inp.name if a.beta == 1 else b.op("Mul", a.inp.name, b.scalar(a.beta, out.dtype))
+    return b.op("Add", base, product)
+
+
+@export_rule("einsum")
+def _einsum(b, op, a, out):
+    tensors = a.operands[0] if len(a.operands) == 1 and isinstance(a.operands[0], (tuple, list)) else a.operands
+    return b.op("Einsum", *(t.name for t in tensors), equation=a.equation.replace(" ", ""))
+
+
+# -- convolution and pooling -----------------------------------------------------------------
+def _conv_pads(op, padding, kernel, dilation):
+    n = len(kernel)
+    if padding == "valid":
+        return [0] * (2 * n)
+    if padding == "same":
+        totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        return [t // 2 for t in totals] + [t - t // 2 for t in totals]
+    pads = _pairs(concrete(op, "padding", padding), n)
+    return pads + pads
+
+
+@export_rule("conv1d", "conv2d")
+def _conv(b, op, a, out):
+    kernel = list(concrete(op, "kernel size", a.weight.meta.shape[2:]))
+    n = len(kernel)
+    dilation = _pairs(a.dilation, n)
+    bias = a.bias.name if isinstance(a.bias, Value) else None
+    return b.op("Conv", a.input.name, a.weight.name, bias, kernel_shape=kernel, strides=_pairs(a.stride, n),
+                pads=_conv_pads(op, a.padding, kernel, dilation), dilations=dilation, group=int(a.groups))
+
+
+@export_rule("conv_transpose2d")
+def _conv_transpose(b, op, a, out):
+    kernel = list(concrete(op, "kernel size", a.weight.meta.shape[2:]))
+    padding = _pairs(a.padding, 2)
+    bias = a.bias.name if isinstance(a.bias, Value) else None
+    return b.op("ConvTranspose", a.input.name, a.weight.name, bias, kernel_shape=kernel,
+                strides=_pairs(a.stride, 2), pads=padding + padding, dilations=_pairs(a.dilation, 2),
+                output_padding=_pairs(a.output_padding, 2), group=int(a.groups))
+
+
+def _pool_window(a):
+    kernel = _pairs(a.kernel_size, 2)
+    stride = kernel if a.stride is None or (isinstance(a.stride, (tuple, list)) and not a.stride) else _pairs(a.stride, 2)
+    padding = _pairs(a.padding, 2)
+    return kernel, stride, padding + padding
+
+
+@export_rule("max_pool2d")
+def _max_pool(b, op, a, out):
+    if a.return_indices:
+        raise unsupported(op, "return_indices=True", "pool without indices for export")
+    kernel, stride, pads = _pool_window(a)
+    return b.op("MaxPool", a.input.name, kernel_shape=kernel, strides=stride, pads=pads,
+                dilations=_pairs(a.dilation, 2), ceil_mode=int(a.ceil_mode))
+
+
+@export_rule("avg_pool2d")
+def _avg_pool(b, op, a, out):
+    if a.divisor_override is not None:
+        raise unsupported(op, f"divisor_override={a.divisor_override}")
+    kernel, stride, pads = _pool_window(a)
+    return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=stride, pads=pads,
+                ceil_mode=int(a.ceil_mode), count_include_pad=int(a.count_include_pad))
+
+
+@export_rule("adaptive_avg_pool2d")
+def _adaptive_avg_pool(b, op, a, out):
+    size_in = a.input.meta.shape[-2:]
+    size_out = concrete(op, "output size", out.shape[-2:])
+    if tuple(size_out) == (1, 1):
+        return b.op("GlobalAveragePool", a.input.name)
+    size_in = concrete(op, "input size", size_in)
+    if any(i % o for i, o in zip(size_in, size_out)):
+        raise unsupported(op, f"pooling {list(size_in)} to {list(size_out)} (not a whole multiple)",
+                          "choose an input size that is a multiple of the output size")
+    kernel = [i // o for i, o in zip(size_in, size_out)]
+    return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=kernel)
+
+
+# -- normalisation ---------------------------------------------------------------------------
+@export_rule("batch_norm")
+def _batch_norm(b, op, a, out):
+    if a.training or a.running_mean is None:
+        raise unsupported(op, "batch statistics (training mode)",
+                          "call model.eval() before exporting: export uses the running statistics")
+    channels = a.input.meta.shape[1]
+    scale = a.weight.name if isinstance(a.weight, Value) else b.const([1.0] * channels, out.dtype)
+    shift = a.bias.name if isinstance(a.bias, Value) else b.const([0.0] * channels, out.dtype)
+    return b.op("BatchNormalization", a.input.name, scale, shift, a.running_mean.name, a.running_var.name,
+                epsilon=float(a.eps))
+
+
+@export_rule("layer_norm")
+def _layer_norm(b, op, a, out):
+    shape = list(concrete(op, "normalized shape", tuple(_pairs(a.normalized_shape, 1))))
+    scale = a.weight.name if isinstance(a.weight, Value) else b.const(np.ones(shape), out.dtype)
+    bias = a.bias.name if isinstance(a.bias, Value) else None
+    return b.op("LayerNormalization", a.input.name, scale, bias, axis=-len(shape), epsilon=float(a.eps))
+
+
+@export_rule("group_norm")
+def _group_norm(b, op, a, out):
+    x = a.input.name
+    grouped = b.op("Reshape", x, b.ints([0, a.num_groups, -1]))
+    mean = b.reduce("ReduceMean", grouped, [2], True)
+    centered = b.op("Sub", grouped, mean)
+    var = b.reduce("ReduceMean", b.op("Mul", centered, centered), [2], True)
+    normed = b.op("Div", centered, b.op("Sqrt", b.op("Add", var, b.scalar(a.eps, out.dtype))))
+    y = b.op("Reshape", normed, b.op("Shape", x))
+    affine = b.ints([-1] + [1] * (len(out.shape) - 2))
+    if isinstance(a.weight, Value):
+        y = b.op("Mul", y, b.op("Reshape", a.weight.name, affine))
+    if isinstance(a.bias, Value):
+        y = b.op("Add", y, b.op("Reshape", a.bias.name, affine))
+    return y
+
+
+# -- softmax and reductions ------------------------------------------------------------------
+@export_rule("softmax", "log_softmax")
+def _softmax(b, op, a, out):
+    if a.dim is None:
+        raise unsupported(op, "an implicit dim", f"call {op.name}(x, dim=...) with an explicit dim")
+    x = b.cast(a.a, out.dtype)
+    return b.op("Softmax" if op.name == "softmax" else "LogSoftmax", x, axis=axis(a.dim, len(out.shape)))
+
+
+_REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "prod": "ReduceProd", "amax": "ReduceMax",
+           "amin": "ReduceMin", "logsumexp": "ReduceLogSumExp"}
+
+
+@export_rule(*_REDUCE)
+def _reduce(b, op, a, out):
+    x = b.cast(a.a, out.dtype)
+    return b.reduce(_REDUCE[op.name], x, _axes(a.dim, len(a.a.meta.shape)), a.keepdim)
+
+
+@export_rule("max", "min")
+def _max_min(b, op, a, out):
+    if a.other is not None:
+        return b.op("Max" if op.name == "max" else "Min", *operands(b, op, out, a.a, a.other))
+    reduce_type = "ReduceMax" if op.name == "max" else "ReduceMin"
+    if a.dim is None:
+        return b.reduce(reduce_type, a.a.name, None, False)
+    dim = axis(a.dim, len(a.a.meta.shape))
+    values = b.reduce(reduce_type, a.a.name, [dim], a.keepdim)
+    indices = b.op("ArgMax" if op.name == "max" else "ArgMin", a.a.name, axis=dim, keepdims=int(bool(a.keepdim)))
+    return values, indices
+
+
+@export_rule("argmax", "argmin")
+def _argmax(b, op, a, out):
+    op_type = "ArgMax" if op.name == "argmax" else "ArgMin"
+    if a.dim is not None:
+        return b.op(op_type, a.a.name, axis=axis(a.dim, len(a.a.meta.shape)), keepdims=int(bool(a.keepdim)))
+    flat = b.op(op_type, b.op("Reshape", a.a.name, b.ints([-1])), axis=0, keepdims=0)
+    return b.op("Reshape", flat, b.ints(out.shape)) if out.shape else flat
+
+
+@export_rule("all", "any")
+def _all_any(b, op, a, out):
+    ints = b.op("Cast", a.a.name, to=6)  # INT32: ReduceMin/Max take no bool before opset 20
+    axes = _axes(a.dim, len(a.a.meta.shape))
+    reduced = b.reduce("ReduceMin" if op.name == "all" else "ReduceMax", ints, axes, a.keepdim)
+    return b.op("Cast", reduced, to=9)  # BOOL
+
+
+@export_rule("cumsum")
+def _cumsum(b, op, a, out):
+    return b.op("CumSum", b.cast(a.a, out.dtype), b.scalar(axis(a.dim, len(out.shape)), _dt.int64))
+
+
+@export_rule("var", "std")
+def _var_std(b, op, a, out):
+    rank = len(a.a.meta.shape)
+    axes = _axes(a.dim, rank)
+    correction = a.correction if a.correction is not None else (0 if a.unbiased is False else 1)
+    x = b.cast(a.a, out.dtype)
+    centered = b.op("Sub", x, b.reduce("ReduceMean", x, axes, True))
+    total = b.reduce("ReduceSum", b.op("Mul", centered, centered), axes, a.keepdim)
+    count = math.prod(a.a.meta.shape[i] for i in axes) - correction
+    var = b.op("Div", total, b.dim_scalar(count, out.dtype))
+    return b.op("Sqrt", var) if op.name == "std" else var
+
+
+@export_rule("norm")
+def _norm(b, op, a, out):
+    axes = _axes(a.dim, len(a.a.meta.shape))
+    x = b.cast(a.a, out.dtype)
+    if a.p in ("fro", 2, 2.0):
+        return b.reduce("ReduceL2", x, axes, a.keepdim)
+    if a.p in (1, 1.0):
+        return b.reduce("ReduceL1", x, axes, a.keepdim)
+    if a.p == math.inf:
+        return b.reduce("ReduceMax", b.op("Abs", x), axes, a.keepdim)
+    raise unsupported(op, f"p={a.p!r}", "use p=1, 2, 'fro' or inf")
+
+
+# -- embedding and dropout -------------------------------------------------------------------
+@export_rule("embedding")
+def _embedding(b, op, a, out):
+    if a.max_norm is not None:
+        raise unsupported(op, "max_norm (it renormalises the weight while running)")
+    return b.op("Gather", a.weight.name, a.input.name, axis=0)
+
+
+@export_rule("dropout", "dropout2d")
+def _dropout(b, op, a, out):
+    if a.training and a.p > 0:
+        raise unsupported(op, "training=True (random)",
+                          "call model.eval() before tracing, or run fxkit.transforms.remove_dropout")
+    return a.input.name
+
+
+@module_rule(nn.Dropout, nn.Dropout2d, nn.Identity)
+def _identity_layer(b, module, qualname, args, kwargs, out):
+    """Layers that are the identity at inference export as their input, without tracing."""
+    return (args[0] if args else next(iter(kwargs.values()))).name

@@ -1,0 +1,246 @@
+"""ONNX export rules of view, indexing, joining and factory ops.
+
+Reshaping ops (``view``, ``reshape``, ``flatten``, ``unflatten``) export as a
+``Reshape`` to the node's inferred output shape; a single symbolic dimension
+becomes ``-1`` there, more become ``Shape`` arithmetic (see `OnnxBuilder.ints`).
+"""
+import numpy as np
+
+from fxkit.interop.onnx_builder import Value, onnx_dtype
+from fxkit.interop.onnx_rules import axis, concrete, export_rule, unsupported
+from fxkit.runtime import dtypes as _dt
+
+_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+@export_rule("view", "reshape", "unflatten")
+def _reshape(b, op, a, out):
+    return b.reshape(a.a.name, out.shape)
+
+
+@export_rule("flatten")
+def _flatten(b, op, a, out):
+    x = a.a
+    rank = len(x.meta.shape)
+    if rank >= 2 and axis(a.start_dim, rank) == 1 and axis(a.end_dim, rank) == rank - 1:
+        return b.op("Flatten", x.name, axis=1)
+    return b.reshape(x.name, out.shape)
+
+
+@export_rule("squeeze")
+def _squeeze(b, op, a, out):
+    shape = a.a.meta.shape
+    if a.dim is None:
+        dims = range(len(shape))
+    else:
+        dims = a.dim if isinstance(a.dim, (tuple, list)) else (a.dim,)
+    axes = [axis(d, len(shape)) for d in dims if len(shape)]
+    axes = [d for d in axes if type(shape[d]) is int and shape[d] == 1]
+    return b.op("Squeeze", a.a.name, b.ints(axes)) if axes else a.a.name
+
+
+@export_rule("unsqueeze")
+def _unsqueeze(b, op, a, out):
+    return b.op("Unsqueeze", a.a.name, b.ints([axis(a.dim, len(out.shape))]))
+
+
+@export_rule("permute")
+def _permute(b, op, a, out):
+    dims = a.dims if a.dims is not None else a.args
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
+    rank = len(out.shape)
+    return b.op("Transpose", a.a.name, perm=[axis(d, rank) for d in dims])
+
+
+@export_rule("transpose", "t")
+def _transpose(b, op, a, out):
+    rank = len(out.shape)
+    if rank < 2:
+        return a.a.name
+    d0, d1 = (axis(a.dim0, rank), axis(a.dim1, rank)) if op.name == "transpose" else (0, 1)
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return b.op("Transpose", a.a.name, perm=perm)
+
+
+@export_rule("contiguous")
+def _contiguous(b, op, a, out):
+    return a.a.name
+
+
+@export_rule("expand")
+def _expand(b, op, a, out):
+    shape = a.a.meta.shape
+    offset = len(out.shape) - len(shape)
+    # A dim the input already has expands as 1 (Expand broadcasts), which keeps symbolic dims out.
+    dims = [1 if i >= offset and _same(shape[i - offset], d) else d for i, d in enumerate(out.shape)]
+    return b.op("Expand", a.a.name, b.ints(dims))
+
+
+def _same(x, y):
+    """Equal dimensions, comparing symbolic ones by their text (never deciding ``N == 4``)."""
+    return type(x) is type(y) and (x == y if type(x) is int else str(x) == str(y))
+
+
+@export_rule("getitem")
+def _getitem(b, op, a, out):
+    if isinstance(a.a, (tuple, list)):
+        return a.a[a.index].name  # an element of a tuple of results (chunk, split, a layer's outputs)
+    x, items = a.a, a.index if isinstance(a.index, tuple) else (a.index,)
+    if sum(isinstance(i, Value) for i in items) > 1 or any(isinstance(i, (list, tuple)) for i in items):
+        raise unsupported(op, "indexing with several index tensors or lists", "index one dimension at a time")
+    rank = len(x.meta.shape)
+    consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
+    cur, pos = x.name, 0
+    for item in items:
+        if item is None:
+            cur = b.op("Unsqueeze", cur, b.ints([pos]))
+            pos += 1
+        elif item is Ellipsis:
+            pos += rank - consumed
+        elif isinstance(item, slice):
+            cur = _slice(b, op, cur, pos, item)
+            pos += 1
+        elif isinstance(item, Value):
+            if item.meta.dtype is _dt.bool_:
+                raise unsupported(op, "boolean mask indexing (its result shape depends on the data)",
+                                  "use fxkit.where(mask, x, other) instead")
+            cur = b.op("Gather", cur, item.name, axis=pos)
+            pos += len(item.meta.shape)
+        elif type(item) is int:
+            cur = b.op("Gather", cur, b.scalar(item, _dt.int64), axis=pos)
+        else:
+            raise unsupported(op, f"an index of type {type(item).__name__} ({item!r})")
+    return cur
+
+
+def _slice(b, op, x, pos, item):
+    step = 1 if item.step is None else concrete(op, "slice step", item.step)
+    if item.start is None and item.stop is None and step == 1:
+        return x
+    start = 0 if item.start is None else item.start
+    stop = _INT64_MAX if item.stop is None else item.stop
+    return b.op("Slice", x, b.ints([start]), b.ints([stop]), b.ints([pos]), b.ints([step]))
+
+
+@export_rule("narrow")
+def _narrow(b, op, a, out):
+    dim = axis(a.dim, len(out.shape))
+    return _slice(b, op, a.a.name, dim, slice(a.start, a.start + a.length))
+
+
+@export_rule("chunk", "split")
+def _split(b, op, a, out):
+    if len(out) == 1:
+        return (a.a.name,)
+    dim = axis(a.dim, len(out[0].shape))
+    sizes = [m.shape[dim] for m in out]
+    return tuple(b.op("Split", a.a.name, b.ints(sizes), axis=dim, outputs=len(out)))
+
+
+@export_rule("cat", "stack")
+def _cat(b, op, a, out):
+    rank = len(out.shape)
+    dim = axis(a.dim, rank)
+    parts = [b.operand(t, out.dtype) for t in a.tensors]
+    if op.name == "stack":
+        parts = [b.op("Unsqueeze", p, b.ints([dim])) for p in parts]
+    return b.op("Concat", *parts, axis=dim)
+
+
+@export_rule("repeat", "tile")
+def _repeat(b, op, a, out):
+    x = a.a
+    sizes = a.dims if getattr(a, "dims", None) is not None else (a.sizes if op.name == "repeat" else a.args)
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = sizes[0]
+    rank = len(x.meta.shape)
+    sizes = (1,) * (rank - len(sizes)) + tuple(sizes)  # tile pads its dims on the left
+    data = x.name
+    if len(sizes) > rank:
+        data = b.op("Unsqueeze", data, b.ints(range(len(sizes) - rank)))
+    return b.op("Tile", data, b.ints(sizes))
+
+
+@export_rule("flip")
+def _flip(b, op, a, out):
+    dims = a.dims if a.dims is not None else a.args
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
+    axes = [axis(d, len(out.shape)) for d in dims]
+    n = len(axes)
+    return b.op("Slice", a.a.name, b.ints([-1] * n), b.ints([_INT64_MIN] * n), b.ints(axes), b.ints([-1] * n))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+@export_rule("pad")
+def _pad(b, op, a, out):
+    pads = concrete(op, "padding", tuple(a.pad))
+    if any(p < 0 for p in pads) or a.mode not in _PAD_MODES:
+        raise unsupported(op, f"padding {list(pads)} in mode {a.mode!r}")
+    rank = len(out.shape)
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pads) // 2):  # torch lists (begin, end) pairs from the last dim backwards
+        begins[rank - 1 - i], ends[rank - 1 - i] = pads[2 * i], pads[2 * i + 1]
+    value = None
+    if a.mode == "constant":
+        value = b.scalar(0 if a.value is None else a.value, out.dtype)
+    return b.op("Pad", a.input.name, b.ints(begins + ends), value, mode=_PAD_MODES[a.mode])
+
+
+def _filled(b, out, value):
+    import onnx
+
+    fill = onnx.helper.make_tensor("value", onnx_dtype(out.dtype), [1], [np.asarray(value, out.dtype.np).item()])
+    return b.op("ConstantOfShape", b.ints(out.shape), value=fill)
+
+
+@export_rule("zeros", "ones", "empty", "zeros_like", "ones_like", "empty_like")
+def _constant_of_shape(b, op, a, out):
+    return _filled(b, out, 1 if op.name.startswith("ones") else 0)
+
+
+@export_rule("full")
+def _full(b, op, a, out):
+    return _filled(b, out, a.fill_value)
+
+
+@export_rule("full_like")
+def _full_like(b, op, a, out):
+    return _filled(b, out, a.args[0])
+
+
+@export_rule("arange")
+def _arange(b, op, a, out):
+    start, end = (0, a.start) if a.end is None else (a.start, a.end)
+    bounds = (start, end, a.step)
+    if all(type(v) in (int, float) for v in bounds):
+        return b.const(np.arange(*bounds).astype(out.dtype.np), out.dtype)
+    scalars = [b.dim_scalar(v, out.dtype) if type(v) is not float else b.scalar(v, out.dtype) for v in bounds]
+    return b.op("Range", *scalars)
+
+
+@export_rule("tril", "triu")
+def _trilu(b, op, a, out):
+    return b.op("Trilu", a.a.name, b.scalar(a.diagonal, _dt.int64), upper=int(op.name == "triu"))
+
+
+@export_rule("gather")
+def _gather(b, op, a, out):
+    return b.op("GatherElements", a.a.name, a.index.name, axis=axis(a.dim, len(out.shape)))
+
+
+@export_rule("index_select")
+def _index_select(b, op, a, out):
+    return b.op("Gather", a.a.name, a.index.name, axis=axis(a.dim, len(out.shape)))
+
+
+@export_rule("one_hot")
+def _one_hot(b, op, a, out):
+    depth = out.shape[-1]
+    values = b.const([0, 1], out.dtype)
+    return b.op("OneHot", a.tensor.name, b.dim_scalar(depth, _dt.int64), values, axis=-1)

@@ -1,0 +1,337 @@
+"""`convert`: turn a calibrated prepared model into one that runs on integer kernels.
+
+Before (prepared and calibrated) and after, for ``fc1 -> relu -> fc2``::
+
+    %obs_0 = call[self.activation_post_process_0](%x)     %quantize_affine = call[quantize_affine](%x, 0.0157, -1, fxkit.int8)
+    %fc1   = call[self.fc1](%obs_0)                        %fc1_weight_int8 = get_attr[fc1_weight_int8]
+    %relu  = call[relu](%fc1)                              %fc1_bias_int32  = get_attr[fc1_bias_int32]
+    %obs_1 = call[self.activation_post_process_1](%relu)   %fc1_q = call[quantized_linear](%quantize_affine, %fc1_weight_int8,
+    %fc2   = call[self.fc2](%obs_1)                                 %fc1_bias_int32, -1, 0, 1518500250, -8, -128, dtype=fxkit.int8, relu=True)
+    %obs_2 = call[self.activation_post_process_2](%fc2)    %fc2_q = call[quantized_linear](%fc1_q, ...)
+    return %obs_2                                          %dequantize_affine = call[dequantize_affine](%fc2_q, 0.081, 12)
+                                                           return %dequantize_affine
+
+Walking the graph in order, each node either holds quantized integers (with
+the scale, zero point and dtype recorded in ``node.meta["qparams"]``) or floats:
+
+* an observer on a float value becomes ``quantize_affine`` with its qparams;
+* a marked layer whose input is quantized becomes ``quantized_linear`` or
+  ``quantized_conv2d``: its weight is quantized (int8 buffer) with the qconfig's
+  weight observer (or, after `prepare_qat`, the qparams its fake quantizer
+  trained with), the bias becomes int32 at scale ``input_scale * weight_scale``,
+  and the output observer's qparams give the fixed-point requantization factor;
+  a fused ReLU becomes the kernel's ``relu=True``;
+* pooling, reshapes and ReLU (``clamp(q, min=zero_point)``) pass quantized
+  values through with their qparams;
+* anything else stays float: its quantized inputs are dequantized first, and
+  the report says which nodes stayed float and why.
+"""
+import copy
+from typing import NamedTuple
+
+import numpy as np
+
+from fxkit.errors import GraphError, format_error
+from fxkit.graph.node import SourceLocation
+from fxkit.runtime.autograd import no_grad
+from fxkit.runtime.dtypes import DType
+from fxkit.runtime.ops.quantized_ops import quantize_multiplier
+from fxkit.runtime.quantized import quantize_affine
+from fxkit.runtime.registry import get_op
+from fxkit.runtime.tensor import Tensor
+from fxkit.transforms.quantize.observers import PER_TENSOR
+from fxkit.transforms.quantize.patterns import (is_observer_call, is_relu, is_transparent, layer_parameters,
+                                                submodule)
+from fxkit.transforms.remove_dropout import RemoveDropout
+
+_KERNELS = {"linear": get_op("quantized_linear"), "conv2d": get_op("quantized_conv2d")}
+_QUANTIZE, _DEQUANTIZE, _CLAMP = get_op("quantize_affine"), get_op("dequantize_affine"), get_op("clamp")
+_INT32 = np.iinfo(np.int32)
+_SHAPE_KEYS = ("shape", "dtype", "device", "tensor_meta")
+
+
+class QParams(NamedTuple):
+    """How a node's integers stand for reals: ``(q - zero_point) * scale``."""
+
+    scale: float
+    zero_point: int
+    dtype: DType
+
+
+class FloatNode(NamedTuple):
+    """A node `convert` left in float, and why."""
+
+    node: str
+    target: str
+    reason: str
+
+
+class ConversionReport(NamedTuple):
+    """What `convert` did: the layers now on integer kernels and the nodes left in float."""
+
+    quantized: list
+    stayed_float: list
+
+
+def convert(prepared, report=True, console=None):
+    """Replace the observed layers of ``prepared`` with integer kernels.
+
+    Args:
+        prepared: a GraphModule from `prepare` (calibrated) or `prepare_qat` (trained).
+        report: print what stayed float and why (a rich table).
+        console: the rich console to print on.
+
+    Returns:
+        A new GraphModule computing with int8 weights and activations;
+        ``gm.conversion_report`` is the `ConversionReport`.
+
+    Raises:
+        GraphError: an observer never saw data (checked before anything changes).
+    """
+    check_calibrated(prepared)
+    gm = copy.deepcopy(prepared)
+    gm.eval()
+    gm = RemoveDropout(force=True)(gm)
+    attributes = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    converter = _Converter(gm)
+    with no_grad():
+        converter.run()
+    gm.graph.eliminate_dead_code()
+    still_read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    for target in attributes - still_read:
+        _delete_attribute(gm, target)
+    gm.delete_all_unused_submodules()
+    gm.graph.lint()
+    gm.recompile()
+    gm.conversion_report = ConversionReport(converter.quantized, converter.stayed_float)
+    if report:
+        print_report(gm.conversion_report, console)
+    return gm
+
+
+def check_calibrated(prepared):
+    """Raise a GraphError naming every observer of ``prepared`` that has seen no data."""
+    missing = []
+    for node in prepared.graph.nodes:
+        if is_observer_call(prepared, node) and not submodule(prepared, node).calibrated:
+            source = node.args[0]
+            where = f" at {node.meta['stack']}" if isinstance(node.meta.get("stack"), SourceLocation) else ""
+            missing.append(f"%{node.name} (observes %{source.name}{where})")
+    if missing:
+        raise GraphError(format_error(
+            f"convert: {len(missing)} observer(s) never saw data: {', '.join(missing)}",
+            hint="run calibrate(prepared, data) with representative inputs before convert "
+                 "(a prepare_qat model: run or train it first)"))
+
+
+class _Converter:
+    def __init__(self, gm):
+        self.gm = gm
+        self.graph = gm.graph
+        self.qparams = {}
+        self.dequantized = {}
+        self.erased = set()
+        self.quantized = []
+        self.stayed_float = []
+
+    def run(self):
+        for node in list(self.graph.nodes):
+            if node in self.erased:
+                continue
+            if node.op == "output":
+                self.dequantize_inputs(node)
+            elif node.op != "call":
+                continue
+            elif is_observer_call(self.gm, node):
+                self.observer(node)
+            elif (node.meta.get("quantize") or {}).get("qconfig") is not None:
+                self.layer(node)
+            elif is_transparent(self.gm, node) and node.args[0] in self.qparams:
+                self.transparent(node)
+            else:
+                self.stays_float(node)
+
+    # -- values --------------------------------------------------------------------------
+    def observed(self, node):
+        scale, zero_point = submodule(self.gm, node).calculate_qparams()
+        return QParams(scale, zero_point, submodule(self.gm, node).dtype)
+
+    def mark(self, node, qparams):
+        for key in _SHAPE_KEYS:
+            node.meta.pop(key, None)
+        node.meta["qparams"] = qparams
+        self.qparams[node] = qparams
+
+    def erase(self, *nodes):
+        for node in nodes:
+            self.graph.erase_node(node)
+            self.erased.add(node)
+
+    def dequantized_value(self, node):
+        dequantized = self.dequantized.get(node)
+        if dequantized is None:
+            qp = self.qparams[node]
+            with self.graph.inserting_after(node):
+                dequantized = self.graph.call(_DEQUANTIZE, (node, qp.scale, qp.zero_point))
+            dequantized.meta["stack"] = node.meta.get("stack")
+            self.dequantized[node] = dequantized
+        return dequantized
+
+    def dequantize_inputs(self, node):
+        for value in node.all_input_nodes:
+            if value in self.qparams:
+                node.replace_input_with(value, self.dequantized_value(value))
+
+    # -- node kinds ----------------------------------------------------------------------
+    def observer(self, node):
+        source = node.args[0]
+        if source.op == "get_attr":
+            return  # a weight's fake quantizer: its layer reads the qparams
+        qp = self.observed(node)
+        if self.qparams.get(source) == qp:
+            node.replace_all_uses_with(source)
+            self.erase(node)
+            return
+        value = self.dequantized_value(source) if source in self.qparams else source
+        with self.graph.inserting_before(node):
+            quantized = self.graph.call(_QUANTIZE, (value, qp.scale, qp.zero_point, qp.dtype))
+        quantized.meta["stack"] = node.meta.get("stack")
+        self.mark(quantized, qp)
+        node.replace_all_uses_with(quantized)
+        self.erase(node)
+
+    def transparent(self, node):
+        qp = self.qparams[node.args[0]]
+        if not is_relu(self.gm, node):
+            self.mark(node, qp)
+            return
+        with self.graph.inserting_before(node):
+            clamped = self.graph.call(_CLAMP, (node.args[0],), {"min": qp.zero_point}, name=f"{node.name}_q")
+        clamped.meta["stack"] = node.meta.get("stack")
+        self.mark(clamped, qp)
+        node.replace_all_uses_with(clamped)
+        self.erase(node)
+
+    def stays_float(self, node, reason=None):
+        self.dequantize_inputs(node)
+        if reason is None:
+            reason = (node.meta.get("quantize") or {}).get("reason") or f"no integer kernel for {_what(self.gm, node)}"
+        self.stayed_float.append(FloatNode(node.name, _what(self.gm, node), reason))
+
+    def layer(self, node):
+        info = node.meta["quantize"]
+        source = node.args[0]
+        qin = self.qparams.get(source)
+        out = next((u for u in node.users if u.name == info["fused_relu"]), node) if info["fused_relu"] else node
+        observers = [u for u in out.users if is_observer_call(self.gm, u)]
+        if qin is None or len(observers) != 1 or len(out.users) != 1:
+            why = "its input is not quantized" if qin is None else "its output is not observed"
+            return self.stays_float(node, why)
+        observer = observers[0]
+        qout = self.observed(observer)
+        params = layer_parameters(self.gm, node)
+        arguments = self.integer_arguments(node, info, params, qin, qout)
+        kwargs = {"dtype": qout.dtype, "relu": out is not node}
+        if info["kind"] == "conv2d":
+            arguments += [params["stride"], params["padding"], params["dilation"], params["groups"]]
+        with self.graph.inserting_before(node):
+            arguments = [self.graph.get_attr(str(a)) if isinstance(a, _Attribute) else a for a in arguments]
+            quantized = self.graph.call(_KERNELS[info["kind"]], tuple(arguments), kwargs, name=f"{node.name}_q")
+        quantized.meta["stack"] = node.meta.get("stack")
+        self.mark(quantized, qout)
+        observer.replace_all_uses_with(quantized)
+        self.erase(observer, *([out] if out is not node else []), node)
+        self.quantized.append(node.name)
+
+    def integer_arguments(self, node, info, params, qin, qout):
+        """The kernel's positional arguments up to ``output_zero_point``, new buffers as `_Attribute`."""
+        w_scale, w_zero_point, w_dtype, per_channel = self.weight_qparams(info, params)
+        weight = params["weight"].detach()
+        if per_channel:
+            device = weight.device
+            scales = Tensor._make(device.xp.asarray(w_scale), device)
+            zeros = Tensor._make(device.xp.asarray(w_zero_point), device)
+            weight_q = quantize_affine(weight, scales, zeros, w_dtype, 0)
+        else:
+            weight_q = quantize_affine(weight, w_scale, w_zero_point, w_dtype)
+        w_scale64 = np.asarray(w_scale, np.float64)
+        multiplier, shift = quantize_multiplier(qin.scale * w_scale64 / qout.scale)
+        bias = params["bias"]
+        bias_q = None
+        if bias is not None:
+            real = np.asarray(bias.detach().cpu().numpy(), np.float64) / (qin.scale * w_scale64)
+            bias_q = _Attribute(self.buffer(node, "bias_int32", np.clip(np.rint(real), _INT32.min, _INT32.max)
+                                            .astype(np.int32), weight.device))
+        weight_attr = _Attribute(self.buffer_tensor(node, f"weight_{w_dtype.name}", weight_q))
+        if per_channel:
+            multiplier = _Attribute(self.buffer(node, "multiplier", multiplier, weight.device))
+            shift = _Attribute(self.buffer(node, "shift", shift, weight.device))
+            w_zero_point = (0 if not np.any(w_zero_point) else
+                            _Attribute(self.buffer(node, "weight_zero_point", np.asarray(w_zero_point, np.int32),
+                                                   weight.device)))
+        else:
+            multiplier, shift = int(multiplier), int(shift)
+        return [node.args[0], weight_attr, bias_q, qin.zero_point, w_zero_point, multiplier, shift, qout.zero_point]
+
+    def weight_qparams(self, info, params):
+        """``(scale, zero_point, dtype, per_channel)`` of the layer's weight."""
+        fake_quant = params["weight_fake_quant"]
+        if fake_quant is not None:
+            observer = submodule(self.gm, fake_quant)
+        else:
+            observer = info["qconfig"].weight()
+            observer(params["weight"].detach())
+        scale, zero_point = observer.calculate_qparams()
+        return scale, zero_point, observer.dtype, observer.qscheme not in PER_TENSOR
+
+    def buffer(self, node, suffix, array, device):
+        return self.buffer_tensor(node, suffix, Tensor._make(device.xp.asarray(array), device))
+
+    def buffer_tensor(self, node, suffix, tensor):
+        name, i = f"{node.name}_{suffix}", 1
+        while hasattr(self.gm, name):
+            name, i = f"{node.name}_{suffix}_{i}", i + 1
+        self.gm.register_buffer(name, tensor)
+        return name
+
+
+class _Attribute(str):
+    """A buffer name that becomes a ``get_attr`` node (not a string constant) in the layer's call."""
+
+
+def _what(gm, node):
+    module = submodule(gm, node)
+    if module is not None:
+        return type(module).__name__
+    return getattr(node.target, "name", None) or getattr(node.target, "__name__", str(node.target))
+
+
+def _delete_attribute(gm, target):
+    *path, field = target.split(".")
+    try:
+        owner = gm.get_submodule(".".join(path)) if path else gm
+    except AttributeError:
+        return
+    if hasattr(owner, field):
+        delattr(owner, field)
+
+
+def print_report(report, console=None):
+    """Print a `ConversionReport`: how many layers run on integer kernels, and a table of the
+    nodes that stayed float with the reason."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    console.print(f"convert: {len(report.quantized)} layer(s) on integer kernels"
+                  + (f" ({', '.join(report.quantized)})" if report.quantized else "")
+                  + f", {len(report.stayed_float)} node(s) stayed float")
+    if report.stayed_float:
+        table = Table("node", "computes", "stayed float because", title="stayed float")
+        for entry in report.stayed_float:
+            table.add_row(Text(entry.node), Text(entry.target), Text(entry.reason))
+        console.print(table)
+
+
+__all__ = ["ConversionReport", "FloatNode", "QParams", "check_calibrated", "convert", "print_report"]

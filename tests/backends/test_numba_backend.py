@@ -1,0 +1,181 @@
+"""fxkit.compile(backend="numba"): zoo models match eager, what fuses into one kernel, guards,
+recompilation, the output-buffer contract, and random programs against eager."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import fxkit
+from fxkit import nn, ops
+from fxkit.errors import DTypeError, ShapeError
+from fxkit.transforms.fused_op import FusedOp
+from tests.transforms.model_paths import ZOO_SHAPES, assert_close, zoo_model, zoo_params
+from tests.transforms.random_graphs import programs
+
+pytest.importorskip("numba")
+RANDOM = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def randn(rng, *shape, dtype=np.float32):
+    return fxkit.from_numpy(rng.standard_normal(shape).astype(dtype))
+
+
+def chain(x):
+    for _ in range(10):
+        x = x * x
+    return x
+
+
+def kernel_calls(compiled):
+    """The KernelCall objects the last specialisation's generated code calls, by name."""
+    return {name: value for name, value in compiled._last.lowered.fn.__globals__.items()
+            if type(value).__name__ == "KernelCall"}
+
+
+def called_ops(compiled):
+    return [n.target.name for n in compiled.graph.nodes if n.op == "call"]
+
+
+def fused_bodies(compiled):
+    """The ops of each fused group of the compiled graph, in graph order."""
+    return [[m.target.name for m in n.target.graph.nodes if m.op == "call"]
+            for n in compiled.graph.find_nodes(op="call") if isinstance(n.target, FusedOp)]
+
+
+def _scale(out):
+    tensors = [out] if isinstance(out, fxkit.Tensor) else list(out)
+    return max(float(np.abs(t.numpy()).max()) for t in tensors)
+
+
+@pytest.mark.parametrize("name", zoo_params())
+def test_zoo_models_match_eager(name, rng):
+    model, _ = zoo_model(name)
+    compiled = fxkit.compile(model, backend="numba", example_inputs=ZOO_SHAPES[name])
+    assert compiled.kernel_sources(), "the numba backend generated no kernel"
+    for _ in range(2):  # fresh inputs, never the ones it was compiled for
+        inputs = tuple(randn(rng, *s) for s in ZOO_SHAPES[name])
+        expected = model(*inputs)
+        assert_close(compiled(*inputs), expected, rtol=1e-5, atol=1e-5 * _scale(expected))
+    assert compiled.compile_count == 1
+
+
+def test_a_new_shape_compiles_once_then_hits_the_cache(rng):
+    compiled = fxkit.compile(chain, backend="numba")
+    small, large = randn(rng, 4, 3) * 0.5, randn(rng, 8, 3) * 0.5
+    for x in (small, small, large, large, small, large):
+        np.testing.assert_allclose(compiled(x).numpy(), x.numpy().astype(np.float64) ** 1024, rtol=1e-4)
+    assert compiled.stats.compilations == 2
+    assert compiled.stats.cache_hits == 2
+
+
+def test_the_seed_chain_is_one_kernel_in_both_size_classes(rng):
+    for n in (5, 1_000_000):  # serial, and parallel over the thread pool
+        x = fxkit.from_numpy((rng.random(n) * 0.02 + 0.99).astype(np.float32))
+        compiled = fxkit.compile(chain, backend="numba", example_inputs=[x])
+        assert called_ops(compiled) == ["fused_0"]
+        assert compiled.code.strip().splitlines()[1].strip() == "mul_9 = fused_0(x)"
+        np.testing.assert_allclose(compiled(x).numpy(), x.numpy().astype(np.float64) ** 1024, rtol=1e-4)
+    assert "numba.prange" in compiled.kernel_sources()["fused_0"]
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_with_its_neighbours_is_one_kernel(name, rng):
+    def attention(q, k, mask, res):
+        scores = q @ k.transpose(-2, -1) * 0.125 + mask
+        return getattr(ops, name)(scores, dim=-1) * res
+
+    args = (randn(rng, 2, 4, 8, 16), randn(rng, 2, 4, 8, 16), randn(rng, 1, 1, 8, 8), randn(rng, 2, 4, 8, 1))
+    compiled = fxkit.compile(attention, backend="numba")
+    got = compiled(*args)
+    assert called_ops(compiled) == ["transpose", "matmul", "fused_0"]
+    assert fused_bodies(compiled) == [["mul", "add", name, "mul"]]
+    q, k, mask, res = (a.numpy().astype(np.float64) for a in args)
+    scores = q @ k.transpose(0, 1, 3, 2) * 0.125 + mask
+    shifted = scores - scores.max(-1, keepdims=True)
+    lse = np.log(np.exp(shifted).sum(-1, keepdims=True))
+    expected = (shifted - lse if name == "log_softmax" else np.exp(shifted - lse)) * res
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_layer_norm_and_the_gelu_tail_are_one_kernel_each(rng):
+    model = nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)).eval()
+    x = randn(rng, 4, 10, 64)
+    compiled = fxkit.compile(model, backend="numba")
+    got = compiled(x)
+    assert fused_bodies(compiled) == [["layer_norm"], ["add", "gelu"]]
+    assert [op for op in called_ops(compiled) if not op.startswith("fused")] == ["linear", "linear"]
+    assert len(compiled.kernel_sources()) == 2
+    w = {k: v.numpy().astype(np.float64) for k, v in model.state_dict().items()}
+    v = x.numpy().astype(np.float64)
+    v = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5) * w["0.weight"] + w["0.bias"]
+    v = v @ w["1.weight"].T + w["1.bias"]
+    v = 0.5 * v * (1 + np.vectorize(math.erf)(v / np.sqrt(2)))
+    np.testing.assert_allclose(got.numpy(), v @ w["3.weight"].T + w["3.bias"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_lstm_cell_tail_is_at_most_two_kernels(rng):
+    cell, _ = zoo_model("lstm_cell")
+    compiled = fxkit.compile(cell, backend="numba", example_inputs=ZOO_SHAPES["lstm_cell"])
+    assert len(compiled.kernel_sources()) <= 2
+    source = "\n".join(compiled.kernel_sources().values())
+    assert "exp32" in source and "tanh32" in source  # the float32 math that vectorises
+
+
+def test_guards_reject_wrong_inputs_before_any_kernel_runs(rng):
+    compiled = fxkit.compile(chain, backend="numba", example_inputs=[(4, 3)])
+    calls = kernel_calls(compiled)
+    with pytest.raises(ShapeError, match=r"input 1 \(x\) is f32\[12\] on cpu, compiled for f32\[4, 3\] on cpu: "
+                                         r"rank 1 instead of 2"):
+        compiled(randn(rng, 12))
+    with pytest.raises(DTypeError, match="dtype float64 instead of float32"):
+        compiled(randn(rng, 4, 3, dtype=np.float64))
+    assert all(not pool for call in calls.values() for pool in call._pools), "a kernel ran"
+
+
+def test_outputs_a_caller_keeps_are_never_overwritten(rng):
+    compiled = fxkit.compile(lambda x: ops.relu(x * 2.0 + 1.0), backend="numba", example_inputs=[(256,)])
+    first_in, second_in = randn(rng, 256), randn(rng, 256)
+    first = compiled(first_in)
+    kept = first.numpy().copy()
+    second = compiled(second_in)
+    assert not np.shares_memory(first.numpy(), second.numpy())
+    np.testing.assert_array_equal(first.numpy(), kept)
+    view = second.numpy()[:10]
+    del second
+    third = compiled(first_in)
+    assert not np.shares_memory(view, third.numpy())  # a view keeps its buffer taken
+    del first, third, view
+    addresses = {compiled(first_in).numpy().ctypes.data for _ in range(4)}
+    assert len(addresses) == 1  # results dropped at once give their memory back
+
+
+def test_non_contiguous_inputs_use_the_strided_kernel(rng):
+    compiled = fxkit.compile(lambda x, y: ops.tanh(x) * y + x, backend="numba")
+    x = fxkit.from_numpy(rng.standard_normal((16, 8)).astype(np.float32).T)
+    y = fxkit.from_numpy(rng.standard_normal((8, 32)).astype(np.float32)[:, ::2])
+    got = compiled(x, y)
+    expected = np.tanh(x.numpy().astype(np.float64)) * y.numpy() + x.numpy()
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6)
+    (call,) = kernel_calls(compiled).values()
+    assert call.compiled_signatures()["kernel_strided"]
+
+
+def test_groups_numba_cannot_run_fall_back_to_numpy(rng):
+    compiled = fxkit.compile(lambda x: ops.sigmoid(x) * x + 1.0, backend="numba")
+    x = randn(rng, 6, 5, dtype=np.float16)
+    got = compiled(x)
+    assert called_ops(compiled) == ["fused_0"] and compiled.kernel_sources() == {}
+    expected = (lambda v: ops.sigmoid(v) * v + 1.0)(x)
+    assert got.dtype == fxkit.float16
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+@pytest.mark.slow
+@RANDOM
+@given(programs(kinds=("elementwise", "reduction"), max_steps=10))
+def test_random_programs_match_eager(program):
+    compiled = fxkit.compile(program.module(), backend="numba")
+    got = compiled(*program.inputs)
+    expected = program.expected
+    assert_close(got, expected, rtol=1e-5, atol=1e-5 * max(_scale(expected), 1.0))
