@@ -88,7 +88,8 @@ def bench_numpy_and_fxkit(quick):
 
     model = fxkit.models.resnet18().eval()
     inp = fxkit.from_numpy(rng.standard_normal((8, 3, 64, 64)).astype(np.float32))
-    res["fxkit"]["resnet18 b8"] = per_call(lambda: model(inp), mt * 2, 5)
+    with fxkit.no_grad():  # as torch.no_grad() on the PyTorch side: inference, no graph recorded
+        res["fxkit"]["resnet18 b8"] = per_call(lambda: model(inp), mt * 2, 5)
     return res
 
 

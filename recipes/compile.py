@@ -67,7 +67,8 @@ def main():
         compile_and_time(console, "x = x * x (x10)", square_ten_times, (x,), table)
     fxkit.manual_seed(0)
     cell = fxkit.models.LSTMCell(128, 256).eval()
-    inputs = tuple(fxkit.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((32, 128), (32, 256), (32, 256)))
+    shapes = ((32, 128), (32, 256), (32, 256))
+    inputs = tuple(fxkit.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in shapes)
     compile_and_time(console, "LSTM cell", cell, inputs, table)
     console.print(table)
 

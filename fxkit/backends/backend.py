@@ -147,7 +147,8 @@ def get_backend(name):
         return name
     backend = _BACKENDS.get(name)
     if backend is None:
-        raise LoweringError(f"fxkit.compile: no backend named {name!r}; available: {', '.join(sorted(_BACKENDS))}")
+        available = ", ".join(sorted(_BACKENDS))
+        raise LoweringError(f"fxkit.compile: no backend named {name!r}; available: {available}")
     return backend
 
 

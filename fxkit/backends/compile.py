@@ -60,7 +60,8 @@ def compile(model, backend="numpy", example_inputs=None):  # noqa: A001  (fxkit.
         A `CompiledModule`.
 
     Example:
-        >>> compiled = fxkit.compile(fxkit.models.LSTMCell(128, 256), example_inputs=[(32, 128), (32, 256), (32, 256)])
+        >>> cell = fxkit.models.LSTMCell(128, 256)
+        >>> compiled = fxkit.compile(cell, example_inputs=[(32, 128), (32, 256), (32, 256)])
         >>> hy, cy = compiled(x, hx, cx)
     """
     return CompiledModule(model, backend, example_inputs)

@@ -55,10 +55,15 @@ class FuseRows(Pass):
                 continue
             producer = _producer(row, source.shape, k)
             consumer = _consumer(row, source.shape, k)
-            while f"fused_{number}" in taken:
-                number += 1
-            taken.add(f"fused_{number}")
-            _fuse(graph, producer, row, consumer, f"fused_{number}")
+            absorbed = [n.target.name for n in (producer, consumer) if n is not None and isinstance(n.target, FusedOp)]
+            if absorbed:
+                name = absorbed[0]  # the group it grows out of keeps its name
+            else:
+                while f"fused_{number}" in taken:
+                    number += 1
+                name = f"fused_{number}"
+                taken.add(name)
+            _fuse(graph, producer, row, consumer, name)
         return gm
 
 

@@ -17,9 +17,10 @@ input (``view``, ``getitem``, ``transpose``, ``to``, anything not known to
 allocate) keeps its inputs' storage alive as long as it is alive itself, and
 storage reachable from the graph's output is never reused. Only storage the
 generated code allocated itself is ever reused (results of ops that always
-allocate, see `allocates`): never a graph input, a parameter or a constant. A buffer the current op reads may be reused only
-when it is read directly (same array, same layout), so even a naive
-elementwise kernel may write element i after reading element i.
+allocate, see `allocates`): never a graph input, a parameter or a constant.
+A buffer the current op reads may be reused only when it is read directly
+(same array, same layout), so even a naive elementwise kernel may write
+element i after reading element i.
 
 Values are identical to eager execution; the memory layout of a reused buffer
 is the layout the buffer was first allocated with (C order unless the first

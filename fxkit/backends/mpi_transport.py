@@ -85,6 +85,10 @@ class Channel:
         comm: the communicator (``MPI.COMM_WORLD``).
         timeout: seconds any one wait may take before the peer is declared lost.
         describe: ``rank -> str`` naming a rank in messages (``"rank 1 (stage 1)"``).
+
+    Attributes:
+        stopped: set it to make every wait on other threads give up at once
+            (this rank failed; its helper threads must not wait out the deadline).
     """
 
     def __init__(self, comm, timeout, describe):

@@ -30,6 +30,7 @@ Example:
 """
 import importlib.util
 import itertools
+import os
 
 import numpy as np
 
@@ -61,6 +62,10 @@ class NumbaBackend(NumpyBackend):
                                                      EliminateDeadCode()]
 
     def lower(self, gm, specs):
+        # NOTE: numba's OpenMP threads spin after each parallel kernel by default, starving numpy's BLAS
+        # threads between kernels (an eager LSTM cell ran 80x slower after one); they sleep instead
+        # unless the user chose. It must be set before numba starts its thread pool.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         # NOTE: numba takes ~0.5 s to import: only a numba compilation pays for it.
         from fxkit.backends.numba_cache import load_kernel_module
 

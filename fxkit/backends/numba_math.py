@@ -12,10 +12,12 @@ formula itself; NaN and infinities behave as numpy's.
 `maximum` and `minimum` propagate NaN from either side like numpy's (Python's
 ``max`` does not).
 
-Generated kernel modules import these; they are compiled with ``cache=True``
-so a second process loads them from numba's cache. None of them uses
-fastmath: a kernel that does (for its reductions) cannot reorder the range
-reduction inside, because LLVM keeps the flags of each inlined instruction.
+Generated kernel modules import these. They are not cached on disk
+themselves: numba links a cached function as object code, which LLVM cannot
+inline, and a call per element stops vectorisation. The kernels calling
+them are cached, with these inlined. Only the row sums use fastmath (their
+own reassociation); LLVM keeps each inlined instruction's flags, so nothing
+reorders the range reductions here.
 """
 import math
 
@@ -27,7 +29,7 @@ from numba.extending import intrinsic
 
 from fxkit.runtime.ops.intrinsics import _ERF_P, _ERF_Q
 
-_JIT = {"cache": True, "error_model": "numpy", "nogil": True}
+_JIT = {"error_model": "numpy", "nogil": True}
 _F32 = np.float32
 _LOG2E = _F32(1.4426950408889634)
 _LN2_HI = _F32(0.693359375)  # Cody and Waite: ln 2 = hi + lo, hi with few bits so k * hi is exact
@@ -132,21 +134,25 @@ def minimum(a, b):
 
 
 # -- row reductions ---------------------------------------------------------------------------
-# Row kernels (softmax, log_softmax, layer_norm) keep each row in a scratch buffer and reduce it
-# here. Only these loops allow reassociation (the partial sums of a SIMD reduction) and, for the
-# maximum, ignoring NaN ordering: a NaN in a row still makes the row's sum NaN, so every output
-# of that row is NaN as in eager mode.
-@numba.njit(cache=True, nogil=True, fastmath={"nnan", "nsz", "reassoc"})
-def row_max(buf):
-    """The largest value of a row (``-inf`` for an empty one)."""
-    m = buf.dtype.type(-np.inf)
-    for j in range(buf.size):
-        v = buf[j]
-        m = v if v > m else m
-    return m
+# Row kernels (softmax, log_softmax, layer_norm) keep each row in a scratch buffer and reduce it.
+# The maximum is LLVM's ``maxnum``, which skips NaN and is vectorised as a reduction (numba's
+# ``max``, a compare and a select, is not); a NaN in a row still makes the row's sum NaN, so every
+# output of that row is NaN as in eager mode. The sums below are the only loops allowed to
+# reassociate (the partial sums of a SIMD reduction).
+@intrinsic
+def maxnum(typingctx, a, b):
+    """``llvm.maxnum``: the larger of two floats of one type, the other one where one is NaN."""
+    signature = a(a, b)
+
+    def codegen(context, builder, sig, args):
+        kind = args[0].type
+        function = builder.module.declare_intrinsic("llvm.maxnum", [kind], ir.FunctionType(kind, [kind, kind]))
+        return builder.call(function, args)
+
+    return signature, codegen
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+@numba.njit(nogil=True, fastmath={"reassoc"})
 def row_sum(buf):
     """The sum of a row, in its dtype."""
     s = buf.dtype.type(0)
@@ -155,7 +161,7 @@ def row_sum(buf):
     return s
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+@numba.njit(nogil=True, fastmath={"reassoc"})
 def row_sum_squares(buf, mean):
     """``sum((buf - mean) ** 2)``: the variance's numerator, from the centred values."""
     s = buf.dtype.type(0)
@@ -165,19 +171,41 @@ def row_sum_squares(buf, mean):
     return s
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def row_sum_exp32(buf):
-    """``sum(exp(buf))`` of a float32 row, with the vectorisable `exp32`."""
+@numba.njit(nogil=True, fastmath={"reassoc"})
+def row_exp32(buf, m):
+    """``buf = exp(buf - m)`` in place for a float32 row; returns the new sum."""
     s = _F32(0.0)
     for j in range(buf.size):
-        s += exp32(buf[j])
+        e = exp32(buf[j] - m)
+        buf[j] = e
+        s += e
     return s
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def row_sum_exp64(buf):
-    """``sum(exp(buf))`` of a float64 row."""
+@numba.njit(nogil=True, fastmath={"reassoc"})
+def row_exp64(buf, m):
+    """``buf = exp(buf - m)`` in place for a float64 row; returns the new sum."""
     s = 0.0
     for j in range(buf.size):
-        s += math.exp(buf[j])
+        e = math.exp(buf[j] - m)
+        buf[j] = e
+        s += e
+    return s
+
+
+@numba.njit(nogil=True, fastmath={"reassoc"})
+def row_sum_exp32(buf, m):
+    """``sum(exp(buf - m))`` of a float32 row, ``buf`` unchanged."""
+    s = _F32(0.0)
+    for j in range(buf.size):
+        s += exp32(buf[j] - m)
+    return s
+
+
+@numba.njit(nogil=True, fastmath={"reassoc"})
+def row_sum_exp64(buf, m):
+    """``sum(exp(buf - m))`` of a float64 row, ``buf`` unchanged."""
+    s = 0.0
+    for j in range(buf.size):
+        s += math.exp(buf[j] - m)
     return s

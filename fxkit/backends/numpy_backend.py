@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from fxkit.backends.backend import Backend, Lowered, register_backend
-from fxkit.backends.memory_plan import input_dtypes, plan_buffers, ufunc_forms  # noqa: F401  (input_dtypes: for kernel backends)
+from fxkit.backends.memory_plan import plan_buffers, ufunc_forms
 from fxkit.codegen.numpy_code import generate_array_code
 from fxkit.errors import DeviceError
 from fxkit.runtime.meta import TensorMeta

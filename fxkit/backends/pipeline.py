@@ -35,12 +35,6 @@ from fxkit.transforms.stage_chain import StageChain
 
 SCHEDULES = ("gpipe", "1f1b")
 _POLL_SECONDS = 0.05
-# NOTE: fxkit's grad mode is one process-wide flag, and recording an op or running backward
-# switches it off for a moment; two threads recording at once would lose graph edges (and could
-# leave it off). Training steps of different stages therefore take turns on this lock; the
-# schedule (1F1B's order and memory bound) is kept, the CPU-side overlap is not, until grad mode
-# becomes per-thread as in PyTorch. Forward-only runs record nothing and overlap fully.
-_AUTOGRAD_LOCK = threading.Lock()
 
 
 class ModuleChain:
@@ -144,10 +138,7 @@ class Pipeline:
         Runs without recording gradients (inference); `train_step` trains.
         """
         batches = split_batch(self.chain.first_inputs(inputs), self.chunks)
-        # NOTE: grad mode is one process-wide flag that recording flips while it runs; with
-        # recording off for the whole run no stage thread touches it.
-        with no_grad():
-            results = self._run("forward", batches, self._forward)
+        results = self._run("forward", batches, self._forward)
         return join_batches([self.chain.assemble(values) for values in results])
 
     def train_step(self, inputs, target, loss_fn, schedule="1f1b"):
@@ -176,7 +167,9 @@ class Pipeline:
 
     # -- the worker threads ---------------------------------------------------------------------
     def _forward(self, s, j, values):
-        return self.chain.run_stage(s, _to_device(values, self.devices[s]))
+        # NOTE: grad mode is per thread: each stage thread turns recording off itself.
+        with no_grad():
+            return self.chain.run_stage(s, _to_device(values, self.devices[s]))
 
     def _run(self, kind, batches, forward, backward=None):
         """Run every stage's schedule on its own thread; returns what the last stage produced per micro-batch."""
@@ -248,14 +241,6 @@ class _TrainStep:
         self.saved = {}
 
     def forward(self, s, j, values):
-        with _AUTOGRAD_LOCK:
-            return self._forward(s, j, values)
-
-    def backward(self, s, j, grads):
-        with _AUTOGRAD_LOCK:
-            return self._backward(s, j, grads)
-
-    def _forward(self, s, j, values):
         pipe = self.pipeline
         device = pipe.devices[s]
         values = _to_device(values, device)
@@ -279,7 +264,7 @@ class _TrainStep:
         self.saved[s, j] = (leaves, [weighted])
         return weighted.item()
 
-    def _backward(self, s, j, grads):
+    def backward(self, s, j, grads):
         leaves, out = self.saved.pop((s, j))
         if grads is None:  # the last stage: out is the weighted loss
             autograd_backward(out)

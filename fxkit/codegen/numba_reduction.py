@@ -8,40 +8,46 @@ each row is computed into a scratch buffer by the prologue, reduced (the
 vectorised `fxkit.backends.numba_math` row helpers), and normalised, with the
 epilogue applied as each output element is written::
 
-    for r in range(...):                     # a block of rows a task (numba.prange over tasks)
-        for j in range(nc):
-            buf[j] = <prologue at (r, j)>
-        m = row_max(buf)
-        for j in range(nc):
-            buf[j] = exp32(buf[j] - m)
-        s = row_sum(buf)
-        for j in range(nc):
-            softmax = buf[j] / s
-            out0_v[i0, j] = <epilogue of softmax at (r, j)>
+    def rows(out0, x0, ...):                 # a block of rows (one task when run in parallel)
+        buf = np.empty(n1, np.float32)
+        for i0 in range(n0):
+            m = np.float32(-np.inf)
+            for j in range(n1):
+                buf[j] = <prologue at (i0, j)>
+                m = maxnum(m, buf[j])
+            s = np.float32(1.0) / row_exp32(buf, m)    # buf = exp(buf - m), and its sum
+            for j in range(n1):
+                softmax = np.float32(buf[j] * s)
+                out0[i0, j] = <epilogue of softmax at (i0, j)>
 
 The statistics follow the eager implementations' formulas and order of
 operations (``exp(x - max) / sum``, ``(x - max) - log(sum)``, ``(x - mean) *
-(1 / sqrt(var + eps)) * weight + bias`` with the biased variance). Operands
-must be C-contiguous (callers copy others) and, over the row dimensions,
-either full or broadcast (one value a row); other groups are left to the
-elementwise kernels and numpy.
+(1 / sqrt(var + eps)) * weight + bias`` with the biased variance); softmax
+multiplies by the sum's reciprocal where eager divides (within 1 ulp), and
+sums run in SIMD partial sums. Each row pass is a contiguous loop LLVM
+vectorises (``exp32``, ``maxnum``). Operands must be C-contiguous (callers
+copy others) and, over the row dimensions, either full or broadcast (one
+value a row); other groups are left to the elementwise kernels and numpy.
+The loops over rows are a function of their own, called on slices of rows
+by the parallel entry, for the reason `fxkit.codegen.numba_kernel` gives.
 """
 import ast
 import inspect
 
 from fxkit.codegen.block import CodeBlock
 from fxkit.codegen.namespace import Namespace
-from fxkit.codegen.numba_kernel import (BLOCK, HEADER, RESERVED, KernelSource, ScalarEmitter, cast, collapse,
-                                        contiguous_views, element_index, group_extents, jit_decorator,
-                                        kernel_header, parallel_for, typed_constant, value_metas)
+from fxkit.codegen.numba_kernel import (HEADER, RESERVED, KernelSource, collapse, contiguous_views, element_index,
+                                        emit_launch, emit_nest, group_extents, jit_decorator, kernel_header,
+                                        parallel_for, view_shapes)
+from fxkit.codegen.numba_scalar import ScalarEmitter, cast, typed_constant, value_metas
 from fxkit.errors import LoweringError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.registry import get_op
 
 _LOAD = ast.Load()
-_ROW_HEADER = HEADER + ("from fxkit.backends.numba_math import row_max, row_sum, row_sum_exp32, row_sum_exp64, "
-                        "row_sum_squares",)
-_ROW_RESERVED = RESERVED + ("row_max", "row_sum", "row_sum_exp32", "row_sum_exp64", "row_sum_squares")
+_ROW_HELPERS = ("maxnum", "row_exp32", "row_exp64", "row_sum", "row_sum_exp32", "row_sum_exp64", "row_sum_squares")
+_ROW_HEADER = HEADER + (f"from fxkit.backends.numba_math import {', '.join(_ROW_HELPERS)}",)
+_ROW_RESERVED = RESERVED + _ROW_HELPERS
 _FLOATS = ("float32", "float64")
 
 
@@ -68,21 +74,26 @@ class _Softmax:
     def operands(self, node):
         return ()
 
-    def emit(self, block, names, buf, dtype, node, emitter):
-        """Statistics after ``buf`` holds the row; returns a function of ``j`` emitting the value."""
-        m, s = names.create_name("m"), names.create_name("s")
-        block.line(f"{m} = row_max({buf})")
-        j = names.create_name("j")
-        exp = "exp32" if dtype.name == "float32" else "math.exp"
+    def start(self, block, names, dtype):
+        """Before the prologue loop: the running maximum."""
+        m = names.create_name("m")
+        block.line(f"{m} = np.{dtype.name}(-np.inf)")
+        return m
+
+    def accumulate(self, block, state, value):
+        """In the prologue loop, for each row value: the running maximum (a vectorised ``maxnum``)."""
+        block.line(f"{state} = maxnum({state}, {value})")
+
+    def emit(self, block, names, buf, dtype, node, emitter, m):
+        """Statistics after ``buf`` holds the row; returns a function of ``j`` giving the value."""
+        s = names.create_name("s")
+        bits = dtype.itemsize * 8
         if self.log:
-            with block.indent(f"for {j} in range({buf}.size):"):
-                block.line(f"{buf}[{j}] = {buf}[{j}] - {m}")
-            block.line(f"{s} = math.log(row_sum_exp{dtype.itemsize * 8}({buf}))")
-            return lambda j: f"{buf}[{j}] - {s}"
-        with block.indent(f"for {j} in range({buf}.size):"):
-            block.line(f"{buf}[{j}] = {exp}({buf}[{j}] - {m})")
-        block.line(f"{s} = row_sum({buf})")
-        return lambda j: f"{buf}[{j}] / {s}"
+            block.line(f"{s} = math.log(row_sum_exp{bits}({buf}, {m}))")
+            return lambda j: f"({buf}[{j}] - {m}) - {s}"
+        # NOTE: one reciprocal a row and a multiply an element (eager divides: within 1 ulp).
+        block.line(f"{s} = {ast.unparse(typed_constant(1, dtype))} / row_exp{bits}({buf}, {m})")
+        return lambda j: f"{buf}[{j}] * {s}"
 
 
 class _LogSoftmax(_Softmax):
@@ -106,7 +117,13 @@ class _LayerNorm:
         args = _bound(node)
         return tuple(args[k] for k in ("weight", "bias") if args[k] is not None)
 
-    def emit(self, block, names, buf, dtype, node, emitter):
+    def start(self, block, names, dtype):
+        return None
+
+    def accumulate(self, block, state, value):
+        """Nothing a value: the mean needs the whole row first (a reassociating sum)."""
+
+    def emit(self, block, names, buf, dtype, node, emitter, state):
         args = _bound(node)
         mean, rstd = names.create_name("mean"), names.create_name("rstd")
         eps = ast.unparse(typed_constant(args["eps"], dtype))
@@ -211,61 +228,72 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
     outs = [namespace.create_name(f"out{i}") for i in range(len(results))]
     operands = [(outs[i], metas[r].shape) for i, r in enumerate(results)]
     operands += [(params[i], metas[n].shape) for i, n in enumerate(placeholders) if isinstance(metas[n], TensorMeta)]
-    # The loop nest: outer dimensions collapsed as elementwise kernels do, the row dims as one.
-    outer = shape[:len(shape) - k]
-    groups = [g for g in collapse(outer, [_outer(s, shape, k) for _, s in operands]) if g]
+    # Outer dimensions collapse as in elementwise kernels (at least one group, for the row loop), the row dims
+    # become one; the views are (outer groups..., row).
+    groups = [g for g in collapse(shape[:len(shape) - k], [_outer(s, shape, k) for _, s in operands]) if g] or [[]]
     groups.append([d for d in range(len(shape) - k, len(shape)) if shape[d] != 1])
-    parallel = parallel_for(shape)
-    module.line(jit_decorator(parallel))
-    with module.indent(f"def kernel({', '.join(outs + params)}):"):
-        extents = group_extents(module, namespace, shape, groups, operands)
-        views = contiguous_views(module, namespace, shape, groups, extents, operands)
-        rows, per, tasks, task, r, rest, buf = (namespace.create_name(n) for n in
-                                                 ("rows", "per", "tasks", "task", "r", "rest", "buf"))
-        indices = [namespace.create_name(f"i{g}") for g in range(len(groups) - 1)] + [namespace.create_name("j")]
-        module.line(f"{rows} = {' * '.join(extents[:-1]) or '1'}")
-        module.line(f"{per} = max(1, {BLOCK} // max({extents[-1]}, 1))")
-        module.line(f"{tasks} = ({rows} + {per} - 1) // {per}")
-        emitter = ScalarEmitter(namespace, metas)
+    views = view_shapes(shape, groups, operands)
+    inner_shape = tuple(2 if dims else 1 for dims in groups)
+    inner = {name: tuple(2 if d is None else 1 for d in dims) for name, dims in views.items()}
+    inner_groups = [[g] for g in range(len(groups))]
+    module.line(jit_decorator(False))
+    with module.indent(f"def rows({', '.join(outs + params)}):"):
+        names = Namespace(_ROW_RESERVED)
+        for name in outs + params:
+            names.create_name(name)
+        extents = group_extents(module, names, inner_shape, inner_groups, list(inner.items()))
+        indices = [names.create_name(f"i{g}") for g in range(len(groups) - 1)] + [names.create_name("j")]
+        buf = names.create_name("buf")
+        module.line(f"{buf} = np.empty({extents[-1]}, np.{dtype.name})")
+        emitter = ScalarEmitter(names, metas)
         arrays = {}
         for i, node in enumerate(placeholders):
             if isinstance(metas[node], TensorMeta):
                 arrays[node] = params[i]
             else:
-                emitter.bind(node, ast.Name(params[i], _LOAD))
+                emitter.bind(node, emitter.name(params[i]))
 
-        def task_body(block):
-            names = namespace
-            block.line(f"{buf} = np.empty({extents[-1]}, np.{dtype.name})")
-            with block.indent(f"for {r} in range({task} * {per}, min({rows}, {task} * {per} + {per})):"):
-                if len(indices) > 1:
-                    block.line(f"{rest} = {r}")
-                    for g in range(len(indices) - 2, 0, -1):
-                        block.line(f"{indices[g]} = {rest} % {extents[g]}")
-                        block.line(f"{rest} = {rest} // {extents[g]}")
-                    block.line(f"{indices[0]} = {rest}")
-                j = indices[-1]
-                with block.indent(f"for {j} in range({extents[-1]}):"):
-                    _loads(block, names, emitter, arrays, _reads(prologue, row, rule, before=True), views, shape,
-                           groups, indices, metas)
-                    for node in prologue:
-                        emitter.emit(block, node)
-                    block.line(f"{buf}[{j}] = {ast.unparse(emitter.operand(row.args[0], dtype))}")
-                value = rule.emit(block, names, buf, dtype, row, emitter)
-                with block.indent(f"for {j} in range({extents[-1]}):"):
-                    _loads(block, names, emitter, arrays, _reads(epilogue, row, rule, before=False), views, shape,
-                           groups, indices, metas)
-                    local = names.create_name(row.target.name)
-                    block.line(f"{local} = {ast.unparse(cast(ast.parse(value(j), mode='eval').body, dtype))}")
-                    emitter.bind(row, ast.Name(local, _LOAD))
-                    for node in epilogue:
-                        emitter.emit(block, node)
-                    for out, node in zip(outs, results):
-                        index = element_index(shape, metas[node].shape, groups, indices, False)
-                        block.line(f"{views[out]}[{index}] = {ast.unparse(emitter.values[node])}")
+        def load(block, reads):
+            """Each array placeholder in ``reads`` read at the loop's position, once."""
+            for node in dict.fromkeys(reads):
+                if node in arrays:
+                    local = names.create_name(arrays[node])
+                    index = element_index(inner_shape, inner[arrays[node]], inner_groups, indices, False)
+                    block.line(f"{local} = {arrays[node]}[{index}]")
+                    emitter.bind(node, emitter.name(local))
 
-        with module.indent(f"for {task} in {'numba.prange' if parallel else 'range'}({tasks}):"):
-            task_body(module)
+        def row_body(block):
+            j = indices[-1]
+            state = rule.start(block, names, dtype)
+            with block.indent(f"for {j} in range({extents[-1]}):"):
+                load(block, _reads(prologue, row, rule, before=True))
+                for node in prologue:
+                    emitter.emit(block, node)
+                value = ast.unparse(emitter.operand(row.args[0], dtype))
+                block.line(f"{buf}[{j}] = {value}")
+                rule.accumulate(block, state, f"{buf}[{j}]")
+            value = rule.emit(block, names, buf, dtype, row, emitter, state)
+            with block.indent(f"for {j} in range({extents[-1]}):"):
+                load(block, _reads(epilogue, row, rule, before=False))
+                local = names.create_name(row.target.name)
+                block.line(f"{local} = {ast.unparse(cast(ast.parse(value(j), mode='eval').body, dtype))}")
+                emitter.bind(row, emitter.name(local))
+                for node in epilogue:
+                    emitter.emit(block, node)
+                for out, node in zip(outs, results):
+                    index = element_index(inner_shape, inner[out], inner_groups, indices, False)
+                    block.line(f"{out}[{index}] = {emitter.text(node)}")
+
+        emit_nest(module, indices[:-1], extents[:-1], row_body)
+    module.lines(["", ""])
+    parallel = parallel_for(shape) and bool(groups[0])
+    module.line(jit_decorator(parallel))
+    with module.indent(f"def kernel({', '.join(outs + params)}):"):
+        extents = group_extents(module, namespace, shape, groups, operands)
+        view_names = contiguous_views(module, namespace, extents, views)
+        arguments = [view_names.get(name, name) for name in outs + params]
+        split = {view_names[name]: 0 for name, dims in views.items() if dims[0] is None}
+        emit_launch(module, namespace, "rows", arguments, split, extents, parallel)
 
 
 def _outer(operand_shape, shape, k):
@@ -281,15 +309,3 @@ def _reads(nodes, row, rule, before):
     else:
         reads.extend(rule.operands(row))
     return reads
-
-
-def _loads(block, names, emitter, arrays, reads, views, shape, groups, indices, metas):
-    """Load each array placeholder in ``reads`` at the loop's position, once."""
-    seen = set()
-    for node in reads:
-        if node in arrays and node not in seen:
-            seen.add(node)
-            param = arrays[node]
-            local = names.create_name(param)
-            block.line(f"{local} = {views[param]}[{element_index(shape, metas[node].shape, groups, indices, False)}]")
-            emitter.bind(node, ast.Name(local, _LOAD))

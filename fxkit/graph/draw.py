@@ -171,8 +171,8 @@ class _Drawing:
         # getitem nodes picking one result of a fused call: drawn as edges from that result.
         self.picks = {}
         for node in self.nodes:
-            if (node.is_op(_GETITEM) and len(node.args) == 2 and isinstance(node.args[0], Node) and _body(node.args[0]) is not None
-                    and type(node.args[1]) is int):
+            if (node.is_op(_GETITEM) and len(node.args) == 2 and isinstance(node.args[0], Node)
+                    and _body(node.args[0]) is not None and type(node.args[1]) is int):
                 self.picks[node] = node.args[0], node.args[1]
 
     # -- where a value is drawn ------------------------------------------------------------

@@ -1,7 +1,13 @@
 """Interoperability: ONNX export and import, PyTorch models and weights in.
 
-``fxkit.onnx.export`` writes ONNX (the ``onnx`` package is imported only when
-it is used), `from_onnx` reads it back into a `GraphModule`, `from_torch`
-converts a PyTorch module and `load_torch_state_dict` loads PyTorch weights.
-Neither onnx nor torch is imported by ``import fxkit``.
+``fxkit.onnx.export`` writes ONNX (`fxkit.interop.onnx_export`, imported on
+first use), `from_onnx` reads ONNX back into a `GraphModule`, `from_torch`
+converts a PyTorch module and `load_torch_state_dict` loads PyTorch weights
+into a matching fxkit model. ``import fxkit`` imports neither onnx nor torch:
+each is imported inside the function that needs it.
 """
+from fxkit.interop.onnx_import import from_onnx
+from fxkit.interop.torch_import import from_torch
+from fxkit.interop.torch_layers import load_torch_state_dict
+
+__all__ = ["from_onnx", "from_torch", "load_torch_state_dict"]

@@ -18,13 +18,23 @@ from fxkit.transforms.symbolic import Sym
 
 
 class Value:
-    """An ONNX tensor during export: its name and its fxkit `TensorMeta`."""
+    """An ONNX tensor during export.
 
-    __slots__ = ("name", "meta")
+    Attributes:
+        name: its ONNX name.
+        meta: its fxkit `TensorMeta`.
+        data: the `Tensor` of a module parameter or buffer (constants rules may read), else None.
+        qparams: the scale, zero point and dtype its integers stand for (a node of a
+            converted quantized graph, ``node.meta["qparams"]``), else None.
+    """
 
-    def __init__(self, name, meta):
+    __slots__ = ("name", "meta", "data", "qparams")
+
+    def __init__(self, name, meta, data=None, qparams=None):
         self.name = name
         self.meta = meta
+        self.data = data
+        self.qparams = qparams
 
     def __repr__(self):
         return f"Value({self.name!r}, {self.meta})"
@@ -46,6 +56,7 @@ class OnnxBuilder:
 
     Attributes:
         scope: the prefix of the names made now (the fxkit node being exported).
+        meta: the ``meta`` of the fxkit node being exported (``qparams`` of quantized nodes).
     """
 
     def __init__(self, onnx, opset):
@@ -54,6 +65,7 @@ class OnnxBuilder:
         self.nodes = []
         self.initializers = []
         self.scope = ""
+        self.meta = {}
         self._used = set()
         self._node_names = set()
         self._consts = {}
@@ -126,14 +138,14 @@ class OnnxBuilder:
     def initializer(self, array, hint):
         """A constant tensor named after ``hint`` (e.g. a parameter's qualified name)."""
         name = self.fresh(hint)
-        self.initializers.append(self.onnx.numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.initializers.append(self.onnx.numpy_helper.from_array(np.require(array, requirements="C"), name))
         return name
 
     def parameter(self, tensor, qualname):
         """The initializer of a module tensor; a tensor read twice is stored once."""
         name = self._params.get(id(tensor))
         if name is None:
-            name = self._params[id(tensor)] = self.initializer(tensor.numpy(), qualname)
+            name = self._params[id(tensor)] = self.initializer(tensor.cpu().numpy(), qualname)
         return name
 
     def const(self, value, dtype):

@@ -13,13 +13,16 @@ Example:
 """
 import inspect
 
-import onnx
+try:
+    import onnx
+except ImportError as exc:  # an optional dependency: say how to get it
+    raise ImportError("fxkit.onnx needs the onnx package: pip install 'fxkit[onnx]'") from exc
 
 from fxkit.errors import FxkitError, LoweringError, format_error
 from fxkit.graph import GraphModule, map_arg
-from fxkit.interop import onnx_rules_nn, onnx_rules_shape  # noqa: F401  (fill the tables)
+from fxkit.interop import onnx_rules_nn, onnx_rules_quantized, onnx_rules_shape  # noqa: F401  (fill the tables)
 from fxkit.interop.onnx_builder import OnnxBuilder, Value, onnx_dtype
-from fxkit.interop.onnx_rules import MODULE_RULES, OP_RULES
+from fxkit.interop.onnx_rules import MODULE_RULES, OP_RULES, Args
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.nn.module import Module
 from fxkit.runtime.op import Op
@@ -176,13 +179,14 @@ class _Exporter:
         scope = prefix + node.name
         since = len(self.b.nodes)
         result = self._emit_target(node, env, out, owner, prefix, scope)
-        return _map_values(result, lambda v: Value(self.b.name_results(v.name, since, scope), v.meta)
-                           if isinstance(v, Value) else v)
+        qparams = node.meta.get("qparams")
+        return _map_values(result, lambda v: Value(self.b.name_results(v.name, since, scope), v.meta, v.data,
+                                                   qparams if isinstance(result, Value) else v.qparams))
 
     def _emit_target(self, node, env, out, owner, prefix, scope):
         args, kwargs = map_arg(node.args, env.__getitem__), map_arg(node.kwargs, env.__getitem__)
         target = node.target
-        self.b.scope = scope
+        self.b.scope, self.b.meta = scope, node.meta
         try:
             if isinstance(target, Op):
                 rule = OP_RULES.get(target)
@@ -201,6 +205,8 @@ class _Exporter:
                 return self.emit_graph(body, dict(zip(placeholders, args)), owner, prefix + node.name + ".")
             return self._inline(target, owner, prefix, args, kwargs)
         except LoweringError as exc:
+            if getattr(exc, "located", False):  # raised by a node of a traced body: already located
+                raise
             raise self._error(str(exc)) from exc.__cause__
         except FxkitError as exc:
             raise self._error(str(exc)) from exc
@@ -220,7 +226,7 @@ class _Exporter:
     def _attr(self, owner, target, prefix):
         value = _fetch(owner, target)
         if isinstance(value, Tensor):
-            return Value(self.b.parameter(value, prefix + target), meta_of(value))
+            return Value(self.b.parameter(value, prefix + target), meta_of(value), value)
         return value
 
     def _outputs(self, result, output_names):
@@ -254,9 +260,11 @@ class _Exporter:
         hint = message.split("\n  hint: ", 1)[1] if "\n  hint: " in message else None
         for inner in self.where[1:]:
             lines.append(f"  in the traced forward of {outer.format_node()}: {inner.format_node()}")
-        return LoweringError(format_error("\n".join(lines), where=outer.stack, node=outer.format_node(),
-                                          hint=hint or "export the model without this op, or register a rule "
-                                          "in fxkit.interop.onnx_rules.OP_RULES"))
+        error = LoweringError(format_error("\n".join(lines), where=outer.stack, node=outer.format_node(),
+                                           hint=hint or "export the model without this op, or register a rule "
+                                           "in fxkit.interop.onnx_rules.OP_RULES"))
+        error.located = True
+        return error
 
 
 def _bind(op, args, kwargs):
@@ -270,17 +278,10 @@ def _bind(op, args, kwargs):
     except TypeError as exc:
         raise LoweringError(f"{op.name}: arguments do not fit {op.name}{signature}: {exc}") from None
     bound.apply_defaults()
-    return _Args(bound.arguments)
+    return Args(bound.arguments)
 
 
 _SIGNATURES = {}
-
-
-class _Args:
-    """Bound arguments with attribute access (``a.input``, ``a.dim``)."""
-
-    def __init__(self, arguments):
-        self.__dict__.update(arguments)
 
 
 def _wrap(names, out):

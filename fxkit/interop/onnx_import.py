@@ -8,27 +8,41 @@ parameters and buffers under their names (``layer1.0.conv1.weight`` stays a
 dotted path), read with ``get_attr``. The result is an ordinary GraphModule:
 fxkit's passes (fusion, quantization, splitting) apply to it.
 
-Values while importing are graph nodes (tensors), `Const` (initializers and
-``Constant`` outputs, turned into ``get_attr`` nodes where a tensor is
-needed) or `Dims` (shape arithmetic: ``Shape``, ``Gather``, ``Concat`` on
-shapes), which stay Python values so ``Reshape`` gets a shape it can use.
+Values while importing are graph nodes (tensors), `Const` (initializers,
+``Constant`` outputs and nodes reading only constants, which are computed
+while importing; ``get_attr`` nodes where a tensor is needed) or `Dims`
+(shape arithmetic: ``Shape``, ``Gather``, ``Concat`` on shapes), which stay
+Python values so ``Reshape`` gets a shape it can use. Where the file has no
+shape for a value, the registry's shape rules give its rank.
 
 Example:
     >>> gm = fxkit.from_onnx("resnet18.onnx")
     >>> gm(fxkit.randn(2, 3, 224, 224)).shape
     (2, 1000)
 """
+import functools
 import os
 
 import numpy as np
 
 from fxkit.codegen.namespace import sanitize
 from fxkit.errors import FxkitError, GraphError
-from fxkit.graph import Graph, GraphModule, Node
+from fxkit.graph import Graph, GraphModule, Node, map_arg
 from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.nn.module import Module
 from fxkit.runtime.nn.parameter import Parameter
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
+from fxkit.transforms.infer_shapes import apply_rule
+from fxkit.transforms.shape_prop import meta_of
+from fxkit.transforms.symbolic import Sym
+
+
+@functools.cache
+def _reserved():
+    """Names a GraphModule already has (methods, ``training``, ...), unusable for attributes."""
+    return frozenset(dir(GraphModule)) | frozenset(vars(Module()))
 
 
 class Const:
@@ -102,7 +116,25 @@ def _load(onnx, source):
     raise TypeError(f"fxkit.from_onnx: expected a path, bytes or onnx.ModelProto, got {type(source).__name__}")
 
 
+_KEPT = frozenset({"DequantizeLinear"})
+
+
+def _constant(value):
+    return isinstance(value, Const) or (isinstance(value, Dims) and all(type(d) is int for d in value))
+
+
+def _as_constants(results, proto):
+    """An eagerly computed rule result with its tensors as `Const`s."""
+    if isinstance(results, Tensor):
+        return Const(results.numpy(), proto.output[0] or proto.op_type)
+    if isinstance(results, (tuple, list)) and not isinstance(results, Dims):
+        return [_as_constants(r, proto) for r in results]
+    return results
+
+
 class _Importer:
+    """Builds the fxkit graph node by node; a rule sees one node as a `NodeCall`."""
+
     def __init__(self, onnx, model, typed, opset, rules):
         self.onnx = onnx
         self.model = model
@@ -114,6 +146,7 @@ class _Importer:
         self._attrs = {}
         self._paths = set()
         self.types = {}
+        self.metas = {}  # node -> its meta by the registry's shape rules, where ONNX gives no shape
         g = typed.graph
         for info in list(g.input) + list(g.value_info) + list(g.output):
             self.types[info.name] = info.type.tensor_type
@@ -124,7 +157,8 @@ class _Importer:
             self.values[init.name] = Const(self.onnx.numpy_helper.to_array(init), init.name)
         for info in g.input:
             if info.name not in self.values:
-                self.values[info.name] = self.graph.placeholder(sanitize(info.name))
+                node = self.values[info.name] = self.graph.placeholder(sanitize(info.name))
+                self.metas[node] = self._input_meta(info, node.name)
         for proto in g.node:
             self._import_node(proto)
         outputs = []
@@ -150,9 +184,16 @@ class _Importer:
             if name and name not in self.values:
                 raise GraphError(f"fxkit.from_onnx: {where} reads {name!r}, which no earlier node, initializer "
                                  f"or graph input defines (the file is malformed or not topologically sorted)")
-        call = NodeCall(self, proto)
+        inputs = [self.values[name] for name in proto.input if name]
+        # NOTE: a node reading only constants is computed now, by the same rule run eagerly
+        # (exporters compute shape pieces from constants, which Reshape and Slice need as values);
+        # a dequantized weight stays in the graph so the model keeps its integer weights.
+        eager = bool(inputs) and proto.op_type not in _KEPT and all(_constant(v) for v in inputs)
+        call = NodeCall(self, proto, eager)
         try:
             results = rule(call)
+            if eager:
+                results = _as_constants(results, proto)
         except GraphError as exc:
             raise GraphError(f"fxkit.from_onnx: {where}: {exc}") from None
         except (FxkitError, ValueError, TypeError, IndexError, KeyError) as exc:
@@ -174,13 +215,14 @@ class _Importer:
             node = self._attrs.get(id(value))
             if node is None:
                 path = self._attr_path(value.name)
-                array = np.ascontiguousarray(value.array)
+                array = np.require(value.array, requirements="C")
                 tensor = Tensor(array)
                 # NOTE: an imported model is for inference: its parameters start without
                 # gradients (``p.requires_grad = True`` to fine-tune); BatchNorm's running
                 # statistics are parameters here too, which batch_norm refuses to differentiate.
                 self.root[path] = Parameter(tensor, requires_grad=False) if array.dtype.kind == "f" else tensor
                 node = self._attrs[id(value)] = self.graph.get_attr(path)
+                self.metas[node] = meta_of(tensor)
             return node
         if isinstance(value, Dims):
             raise GraphError("a shape computed with Shape/Gather/Concat is used as a data tensor, which fxkit "
@@ -188,22 +230,28 @@ class _Importer:
         raise GraphError(f"expected a tensor, got {value!r}")
 
     def _attr_path(self, name):
-        """A module attribute path for an initializer: its dotted name when every part
-        is an identifier or an index and it clashes with nothing, else one identifier."""
+        """A module attribute path for an initializer: its dotted name when every part is
+        an identifier or an index that is no Module attribute (``half``, ``forward``) and it
+        clashes with no other path, else one new identifier."""
         parts = name.split(".")
-        fits = all(p.isidentifier() or p.isdigit() for p in parts) and not parts[-1].isdigit()
-        prefixes = {".".join(parts[:i]) for i in range(1, len(parts))}
-        if not fits or name in self._paths or prefixes & self._paths or any(
-                p.startswith(name + ".") for p in self._paths):
-            base, i = sanitize(name).lstrip("_") or "const", 0
-            if not base[0].isalpha():
-                base = "c_" + base
-            name = base
-            while name in self._paths or any(p.startswith(name + ".") for p in self._paths):
+        fits = (all((p.isidentifier() or p.isdigit()) and p not in _reserved() for p in parts)
+                and not parts[-1].isdigit())
+        if not fits or not self._free(name):
+            base = sanitize(name)
+            if base.startswith("_") or base in _reserved():
+                base = "c" + base if base.startswith("_") else "c_" + base
+            name, i = base, 0
+            while not self._free(name):
                 i += 1
                 name = f"{base}_{i}"
         self._paths.add(name)
         return name
+
+    def _free(self, path):
+        """No attribute path taken so far is ``path``, inside it or around it."""
+        prefixes = {".".join(path.split(".")[:i]) for i in range(1, path.count(".") + 1)}
+        return path not in self._paths and not prefixes & self._paths and not any(
+            p.startswith(path + ".") for p in self._paths)
 
     def dtype(self, name):
         """The fxkit dtype of the ONNX value ``name``, when known."""
@@ -221,16 +269,40 @@ class _Importer:
         if isinstance(value, Const):
             return list(value.array.shape)
         info = self.types.get(name)
-        if info is None or not info.HasField("shape"):
-            return None
-        return [d.dim_value if d.HasField("dim_value") else None for d in info.shape.dim]
+        dims = None
+        if info is not None and info.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in info.shape.dim]
+        meta = self.metas.get(value) if isinstance(value, Node) else None
+        if isinstance(meta, TensorMeta) and (dims is None or None in dims):
+            dims = [d if type(d) is int else None for d in meta.shape]
+        return dims
+
+    def record(self, node):
+        """Compute ``node``'s meta from its inputs' (the registry's shape rules), when it can be."""
+        metas = self.metas
+        try:
+            metas[node] = apply_rule(node.target, map_arg(node.args, metas.__getitem__),
+                                     map_arg(node.kwargs, metas.__getitem__))
+        except (FxkitError, KeyError, TypeError, ValueError, IndexError, AttributeError):
+            metas[node] = None  # unknown: rules needing this node's rank say so
+        return node
+
+    def _input_meta(self, info, name):
+        tensor_type = info.type.tensor_type
+        dims = []
+        for axis, d in enumerate(tensor_type.shape.dim):
+            symbol = sanitize(d.dim_param) if d.dim_param else f"{name}_{axis}"
+            dims.append(d.dim_value if d.HasField("dim_value") else Sym.symbol(symbol))
+        dtype = self.dtype(info.name) or _dt.float32
+        return TensorMeta(tuple(dims), dtype)
 
 
 class NodeCall:
     """What an import rule sees of one ONNX node: its inputs, attributes and helpers."""
 
-    def __init__(self, importer, proto):
+    def __init__(self, importer, proto, eager=False):
         self.importer = importer
+        self.eager = eager
         self.proto = proto
         self.op_type = proto.op_type
         self.opset = importer.opset
@@ -252,7 +324,11 @@ class NodeCall:
     def tensor(self, i):
         """Input ``i`` as a graph node (None when left out)."""
         value = self.value(i)
-        return None if value is None else self.importer.tensor(value)
+        if value is None:
+            return None
+        if self.eager:
+            return Tensor(np.asarray(value.array if isinstance(value, Const) else value))
+        return self.importer.tensor(value)
 
     def const(self, i):
         """Input ``i`` as a numpy array; it must be a constant."""
@@ -296,8 +372,10 @@ class NodeCall:
 
     def call(self, op_name, *args, **kwargs):
         """Record ``op_name(*args, **kwargs)``, named after the ONNX node."""
+        if self.eager:
+            return get_op(op_name)(*args, **kwargs)
         hint = self.proto.output[0] or self.proto.name or self.op_type.lower()
-        return self.importer.graph.call(get_op(op_name), args, kwargs, name=sanitize(hint))
+        return self.importer.record(self.importer.graph.call(get_op(op_name), args, kwargs, name=sanitize(hint)))
 
     def const_value(self, array):
         """A new constant (folded at import time)."""

@@ -321,3 +321,33 @@ def _one_hot(c):
         return c.call("to", hot, dtype=_dt.from_numpy(values.dtype))
     return c.call("add", c.call("mul", c.call("to", hot, dtype=_dt.from_numpy(values.dtype)),
                                 values[1].item() - values[0].item()), values[0].item())
+
+
+# -- QDQ quantization ----------------------------------------------------------------------------
+def _qdq_params(c, rank_of):
+    """Scale and zero point of a Q/DQ node as numbers (per tensor) or nodes (per axis), and the axis."""
+    scale = np.asarray(c.const(1))
+    zero = np.asarray(c.const(2)) if c.value(2) is not None else np.zeros(scale.shape, np.uint8)
+    if scale.ndim == 0:
+        return float(scale), int(zero), None, zero.dtype
+    axis = c.attr("axis", 1)
+    return c.tensor(1), c.tensor(2), axis + rank_of if axis < 0 else axis, zero.dtype
+
+
+@import_rule("QuantizeLinear")
+def _quantize_linear(c):
+    scale, zero, axis, dtype = _qdq_params(c, c.rank(0))
+    return c.call("quantize_affine", c.tensor(0), scale, zero, _dt.from_numpy(dtype), axis)
+
+
+@import_rule("DequantizeLinear")
+def _dequantize_linear(c):
+    scale, zero, axis, dtype = _qdq_params(c, c.rank(0))
+    if dtype in (np.int8, np.uint8):
+        return c.call("dequantize_affine", c.tensor(0), scale, zero, axis)
+    # int32 (a QDQ bias): the same arithmetic in float32, scale and zero point broadcast along axis
+    if axis is not None:
+        shape = [-1] + [1] * (c.rank(0) - axis - 1)
+        scale, zero = c.call("reshape", scale, *shape), c.call("reshape", zero, *shape)
+    values = c.call("sub", c.call("to", c.tensor(0), dtype=_dt.float32), zero)
+    return c.call("mul", values, scale)

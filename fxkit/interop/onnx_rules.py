@@ -42,6 +42,13 @@ def module_rule(*classes):
     return register
 
 
+class Args:
+    """An op's arguments bound to its signature, as attributes (``a.input``, ``a.dim``)."""
+
+    def __init__(self, arguments):
+        self.__dict__.update(arguments)
+
+
 def unsupported(op, what, hint=None):
     """The `LoweringError` of an argument value a rule cannot express in ONNX."""
     message = f"{op.name}: {what} has no ONNX export"

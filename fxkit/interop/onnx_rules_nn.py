@@ -101,7 +101,8 @@ def _conv_transpose(b, op, a, out):
 
 def _pool_window(a):
     kernel = _pairs(a.kernel_size, 2)
-    stride = kernel if a.stride is None or (isinstance(a.stride, (tuple, list)) and not a.stride) else _pairs(a.stride, 2)
+    given = a.stride is not None and not (isinstance(a.stride, (tuple, list)) and not a.stride)
+    stride = _pairs(a.stride, 2) if given else kernel
     padding = _pairs(a.padding, 2)
     return kernel, stride, padding + padding
 

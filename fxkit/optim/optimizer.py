@@ -8,6 +8,7 @@ writes into the storage the model already holds (no new Parameter objects, so
 module references stay valid) and runs as a few array operations per parameter
 with no per-op dispatch.
 """
+import collections
 import copy
 import itertools
 import numbers
@@ -41,7 +42,7 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         self.defaults = defaults
-        self.state = {}
+        self.state = collections.defaultdict(dict)
         self.param_groups = []
         self._step_count = 0  # lets a scheduler warn when it is stepped before the optimizer
         if isinstance(params, Tensor):
@@ -142,7 +143,7 @@ class Optimizer:
             for p in group["params"]:
                 grad = p.grad
                 if grad is not None:
-                    self._update(p, checked_grad(p, grad), self.state.setdefault(p, {}), group)
+                    self._update(p, checked_grad(p, grad), self.state[p], group)
                     # As in PyTorch, the in-place update counts as a write: a backward through a graph
                     # that saved the old value refuses to run instead of using the new one.
                     bump_version(p)
@@ -162,7 +163,7 @@ class Optimizer:
             packed = {k: v for k, v in group.items() if k != "params"}
             packed["params"] = [index.setdefault(id(p), len(index)) for p in group["params"]]
             groups.append(packed)
-        state = {index[id(p)]: s for p, s in self.state.items() if id(p) in index}
+        state = {index[id(p)]: s for p, s in self.state.items() if s and id(p) in index}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
@@ -185,7 +186,7 @@ class Optimizer:
                                      f"parameters, the optimizer's has {len(group['params'])}")
         params = dict(zip(itertools.chain.from_iterable(g["params"] for g in saved_groups),
                           itertools.chain.from_iterable(g["params"] for g in self.param_groups)))
-        state = {}
+        state = collections.defaultdict(dict)
         for key, values in state_dict["state"].items():
             if key not in params:
                 raise StateDictError(f"loaded state dict has state for parameter index {key}, which no parameter "
@@ -221,11 +222,14 @@ def state_tensor(array, param):
 
 
 def _cast_like(p, value, name):
-    """A copy of a saved state value on ``p``'s device; floating arrays take ``p``'s dtype."""
+    """A copy of a saved state value on ``p``'s device; floating arrays take ``p``'s dtype, and
+    0-d arrays become Python numbers (PyTorch keeps Adam's ``step`` as a 0-d tensor, fxkit as a number)."""
     if isinstance(value, Tensor):
         value = value._host()
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
         return copy.deepcopy(value)
+    if value.ndim == 0:
+        return value.item()
     if tuple(value.shape) != tuple(p.shape):
         raise StateDictError(f"loaded optimizer state {name!r} has shape {tuple(value.shape)}, its parameter "
                              f"has shape {tuple(p.shape)}")

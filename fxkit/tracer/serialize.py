@@ -8,7 +8,8 @@ A saved GraphModule is a directory (or a ``.zip`` of the same files):
 - ``modules.json``: each called submodule as its class name and constructor
   arguments (``Module._init_kwargs()``), plus its training flag.
 - ``weights.npz``: every tensor (``arr_<i>`` for the i-th qualified name listed
-  in ``graph.json``), written and read with ``allow_pickle=False``.
+  in ``graph.json``), written and read with ``allow_pickle=False``; deflated when
+  most of its bytes are integers (quantized models), stored as is otherwise.
 - ``code.py``: the generated forward, for people to read.
 
 Loading never unpickles and runs no code from the files: modules are built from
@@ -71,7 +72,12 @@ def save(gm, path):
            # NOTE: qualified names may be any string; the npz holds arr_0, arr_1, ... in this order.
            "weights": list(weights)}
     buffer = io.BytesIO()
-    np.savez(buffer, *weights.values())
+    # NOTE: a quantized model's weights are mostly integers, which deflate well (int8 values
+    # cluster near zero); float weights hardly compress and deflating them is slow, so they are
+    # stored. np.load reads either kind of npz.
+    integer_bytes = sum(a.nbytes for a in weights.values() if a.dtype.kind in "iub")
+    compress = 2 * integer_bytes > sum(a.nbytes for a in weights.values())
+    (np.savez_compressed if compress else np.savez)(buffer, *weights.values())
     files = {"graph.json": json.dumps(doc, indent=1).encode(),
              "modules.json": json.dumps(modules, indent=1).encode(),
              "weights.npz": buffer.getvalue(),

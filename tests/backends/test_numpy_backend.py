@@ -143,6 +143,7 @@ def test_buffers_on_another_device_are_refused(rng):
         fxkit.compile(model, example_inputs=[(4, 3)])
 
 
+@pytest.mark.slow
 @RANDOM
 @given(dags())
 def test_random_graphs_match_eager(program):

@@ -13,15 +13,15 @@ from tests.nn.torch_compare import assert_close, copy_state  # noqa: E402
 class TorchDigitsNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(1, 10, kernel_size=3, padding=1)
-        self.conv2 = torch.nn.Conv2d(10, 20, kernel_size=3, padding=1)
-        self.fc1 = torch.nn.Linear(80, 50)
-        self.fc2 = torch.nn.Linear(50, 10)
+        self.conv1 = torch.nn.Conv2d(1, 32, kernel_size=3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 64, kernel_size=3, padding=1)
+        self.fc1 = torch.nn.Linear(256, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
 
     def forward(self, x):
         x = torch.relu(torch.nn.functional.max_pool2d(self.conv1(x), 2))
         x = torch.relu(torch.nn.functional.max_pool2d(self.conv2(x), 2))
-        x = torch.relu(self.fc1(x.view(-1, 80)))
+        x = torch.relu(self.fc1(x.view(-1, 256)))
         return torch.log_softmax(self.fc2(x), dim=1)
 
 
@@ -43,3 +43,10 @@ def test_digits_net_dropout_only_in_training(rng):
     assert not np.allclose(model(x).numpy(), model(x).numpy())
     model.eval()
     np.testing.assert_array_equal(model(x).numpy(), model(x).numpy())
+
+
+def test_digits_net_widths_are_arguments():
+    model = models.DigitsNet(channels=(10, 20), hidden=50, num_classes=7)
+    assert [tuple(p.shape) for p in model.parameters()] == [(10, 1, 3, 3), (10,), (20, 10, 3, 3), (20,), (50, 80),
+                                                            (50,), (7, 50), (7,)]
+    assert model.eval()(fxkit.randn(3, 1, 8, 8)).shape == (3, 7)

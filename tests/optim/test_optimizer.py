@@ -204,3 +204,38 @@ def test_empty_and_duplicated_parameters_are_refused():
     with pytest.raises(ValueError, match=r"some parameters appear in more than one parameter group \(group 0 and "
                                          r"the new group 1\)"):
         SGD([{"params": [p]}, {"params": [p]}], lr=0.1)
+
+
+def test_loads_a_torch_state_dict_converted_to_numpy(rng):
+    torch = pytest.importorskip("torch")
+    init = [rng.standard_normal(s).astype(np.float32) for s in ((3, 2), (4,))]
+    grads = [[rng.standard_normal(a.shape).astype(np.float32) for a in init] for _ in range(5)]
+    th = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in init]
+    th_opt = torch.optim.Adam(th, lr=0.01, amsgrad=True)
+    for gs in grads[:3]:
+        for q, g in zip(th, gs):
+            q.grad = torch.from_numpy(g.copy())
+        th_opt.step()
+    sd = th_opt.state_dict()
+    converted = {"state": {k: {n: v.numpy() for n, v in s.items()} for k, s in sd["state"].items()},
+                 "param_groups": sd["param_groups"]}
+    fx = [nn.Parameter(fxkit.from_numpy(q.detach().numpy().copy())) for q in th]
+    fx_opt = Adam(fx)
+    fx_opt.load_state_dict(converted)
+    assert fx_opt.state[fx[0]]["step"] == 3.0 and fx_opt.param_groups[0]["lr"] == 0.01
+    for gs in grads[3:]:
+        for p, q, g in zip(fx, th, gs):
+            p.grad = fxkit.from_numpy(g.copy())
+            q.grad = torch.from_numpy(g.copy())
+        fx_opt.step()
+        th_opt.step()
+    for p, q in zip(fx, th):
+        np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_state_dict_leaves_out_parameters_without_state(rng):
+    params = _params(rng)
+    _grads(rng, params)
+    opt = SGD(params, lr=0.1)  # no momentum: no buffers
+    opt.step()
+    assert opt.state_dict()["state"] == {}

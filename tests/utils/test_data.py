@@ -208,7 +208,7 @@ def test_default_collate_structures(rng):
 
 
 def test_default_collate_matches_torch(rng):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from torch.utils.data import default_collate as torch_collate
 
     samples = [{"img": rng.standard_normal((2, 2)).astype(np.float32), "label": i, "w": float(i) / 3,

@@ -17,6 +17,16 @@ from fxkit.runtime.ops.indexing import _along, _check_bounds, along_layout, geti
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
 
 
+def add_at(xp, out, index, values):
+    """``out[index] += values`` where repeated indices add up (numpy's ``add.at``)."""
+    if xp.__name__ == "numpy":
+        xp.add.at(out, index, values)
+    else:
+        import cupyx  # NOTE: imported only with a cuda tensor, like cupy itself
+
+        cupyx.scatter_add(out, index, values)
+
+
 # -- scatter_add, index_add ---------------------------------------------------------
 def _same_dtype(name, a, src, what):
     if dtype_of(a) is not dtype_of(src):
@@ -46,7 +56,7 @@ def scatter_add(xp, a, dim, index, src):
         a, index, src = a.reshape(-1), index.reshape(-1), src.reshape(-1)
     _check_bounds("scatter_add", index, d, a.shape[d])
     out = a.copy()
-    xp.add.at(out, _along(xp, index, d), src[tuple(slice(0, s) for s in index.shape)])
+    add_at(xp, out, _along(xp, index, d), src[tuple(slice(0, s) for s in index.shape)])
     return out.reshape(shape)
 
 
@@ -86,7 +96,7 @@ def index_add(xp, a, dim, index, source, alpha=1):
     index = index.reshape(-1)
     _check_bounds("index_add", index, d, a.shape[d])
     out = a.copy()
-    xp.add.at(out, (slice(None),) * d + (index,), source if alpha == 1 else source * alpha)
+    add_at(xp, out, (slice(None),) * d + (index,), source if alpha == 1 else source * alpha)
     return out.reshape(shape)
 
 
@@ -106,7 +116,7 @@ def getitem_backward(xp, grad, shape, index):
         return out
     # Where each element of x[index] comes from, by the forward op itself: the same rules exactly.
     positions = getitem.impl(xp, xp.arange(out.size).reshape(out.shape), index)
-    xp.add.at(out.reshape(-1), positions.reshape(-1), grad.reshape(-1))
+    add_at(xp, out.reshape(-1), positions.reshape(-1), grad.reshape(-1))
     return out
 
 

@@ -11,7 +11,7 @@ import weakref
 
 from fxkit.errors import AutogradError
 from fxkit.runtime.autograd import grad_mode
-from fxkit.runtime.autograd.function import Context, NonDifferentiable
+from fxkit.runtime.autograd.function import NonDifferentiable, run_rule
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 
@@ -237,29 +237,18 @@ def run_node(node, grads, retain_graph, capture=None):
     if node.out_data is not None:
         outs = tuple(None if kept is None else Tensor._make(*kept) for kept in node.out_data)
         out = outs[0] if node.single else outs
-    ctx = Context(out, node.extra, {id(stand_in) for _, _, stand_in in node.inputs})
+    wanted = [(path, stand_in) for path, _, stand_in in node.inputs]
     previous = _GRAD[0]
     _GRAD[0] = False
     try:
-        result = rule.backward(ctx, grads[0] if node.single else tuple(grads), *node.args, **node.kwargs)
-        results = [conform(_pick(result, rule.slot_of(path)), stand_in, node.op.name)
-                   for path, _, stand_in in node.inputs]
+        results = run_rule(rule, grads[0] if node.single else tuple(grads), node.args, node.kwargs, wanted, out,
+                           node.extra)
+        results = [conform(g, stand_in, node.op.name) for g, (_, stand_in) in zip(results, wanted)]
     finally:
         _GRAD[0] = previous
     if not retain_graph:
         node.release()
     return results
-
-
-def _pick(result, slot):
-    value = result if isinstance(result, (tuple, list)) else (result,)
-    for i in slot:
-        if value is None:
-            return None
-        if not isinstance(value, (tuple, list)):
-            raise AutogradError(f"grad rule returned {type(value).__name__} where a sequence was expected")
-        value = value[i] if i < len(value) else None
-    return value
 
 
 def conform(grad, like, op_name):

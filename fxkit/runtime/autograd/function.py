@@ -24,7 +24,9 @@ the impl's parameter order (a sequence for a list or ``*args`` parameter,
 None where there is none); a gradient may have the broadcast shape of the
 output: `conform` sums it to its input's shape and casts it to its dtype.
 Rules compute with registry ops, so a graph-level transform can run them on
-graph values too.
+graph values too (`run_rule`, then `engine.conform`); the two forward
+overrides are max_pool2d (its indices: call it with ``return_indices=True``)
+and dropout (its mask).
 """
 import inspect
 
@@ -174,6 +176,28 @@ class Context:
     def needs(self, x):
         """Whether the argument ``x`` (as the rule received it) wants a gradient."""
         return id(x) in self._needs
+
+
+def run_rule(rule, grad, args, kwargs, wanted, out=None, extra=None):
+    """Run ``rule`` on one call outside the engine (a graph-level transform calls it with
+    graph values): ``wanted`` lists ``(path, argument)`` of the inputs that want a gradient
+    (paths as `iter_tensors` gives them); returns their gradients, in that order, as the
+    rule returned them (None where it gave none; `engine.conform` fits them to the inputs)."""
+    ctx = Context(out, extra, {id(value) for _, value in wanted})
+    result = rule.backward(ctx, grad, *args, **kwargs)
+    return [pick(result, rule.slot_of(path)) for path, _ in wanted]
+
+
+def pick(result, slot):
+    """The entry at ``slot`` of a rule's result (None where the result stops short)."""
+    value = result if isinstance(result, (tuple, list)) else (result,)
+    for i in slot:
+        if value is None:
+            return None
+        if not isinstance(value, (tuple, list)):
+            raise AutogradError(f"grad rule returned {type(value).__name__} where a sequence was expected")
+        value = value[i] if i < len(value) else None
+    return value
 
 
 class Node:
@@ -330,12 +354,14 @@ def make_node(op, rule, args, kwargs, out, extra=None, found=None):
     outs = []
     for i, o in enumerate(outputs):
         if isinstance(o, Tensor) and o._data.dtype.kind == "f":
-            outs.append((o.shape, o._data.dtype, o.device))
+            data = o._data
+            outs.append((data.shape, data.dtype, o.device))
             meta = o._grad = AutogradMeta(True, node, i)
-            for t, m in metas_in:
-                if shares_storage(o._data, t._data):
-                    meta.version, meta.is_view = m.version, True
-                    break
+            if data.base is not None or any(data is t._data for t, _ in metas_in):  # a view: share versions
+                for t, m in metas_in:
+                    if shares_storage(data, t._data):
+                        meta.version, meta.is_view = m.version, True
+                        break
         else:
             outs.append(None)
     node.outs = outs

@@ -1,6 +1,6 @@
 """Grad mode: whether ops record the autograd graph (``no_grad``, ``enable_grad``).
 
-The state is one flag in a one-element list that `Op` dispatch reads only when
+The state is one per-thread flag that `Op` dispatch reads only when
 an input takes part in autograd, so code that never touches a tensor that
 requires grad pays nothing for it. Like PyTorch's, each context manager also
 works as a function decorator.
@@ -10,9 +10,27 @@ Example:
     ...     y = model(x)          # no graph is recorded; y.requires_grad is False
 """
 import functools
+import threading
+
+
+class _PerThreadFlag(threading.local):
+    """Grad mode of the calling thread, read and written as ``ENABLED[0]``.
+
+    Per thread like PyTorch's: the pipeline executor trains stages on worker
+    threads, and one thread's ``no_grad`` must not switch recording off in another.
+    """
+
+    value = True
+
+    def __getitem__(self, index):
+        return self.value
+
+    def __setitem__(self, index, value):
+        self.value = value
+
 
 # NOTE: read by fxkit.runtime.op at every tracked dispatch; mutate in place, never rebind.
-ENABLED = [True]
+ENABLED = _PerThreadFlag()
 
 
 def is_grad_enabled():
@@ -21,9 +39,15 @@ def is_grad_enabled():
 
 
 class _GradMode:
-    """A context manager and decorator that sets grad mode and restores the previous one."""
+    """A context manager and decorator (``@no_grad()`` or ``@no_grad``) that sets grad mode
+    and restores the previous one."""
 
     _mode = True
+
+    def __new__(cls, *args):
+        if cls is not set_grad_enabled and len(args) == 1 and callable(args[0]):
+            return cls()(args[0])  # used as ``@no_grad`` without parentheses
+        return super().__new__(cls)
 
     def __enter__(self):
         self._previous = ENABLED[0]

@@ -36,7 +36,7 @@ def _crop(x, top, left, height, width):
     return _pad(x, amounts) if any(amounts) else x
 
 
-def _conv2d_grads(ctx, g, x, weight, needs_x, needs_w, stride, padding, dilation, groups):
+def _conv2d_grads(g, x, weight, needs_x, needs_w, stride, padding, dilation, groups):
     """Input and weight gradients of a batched conv2d."""
     stride, dilation = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
     gx = gw = None
@@ -53,7 +53,7 @@ def _conv2d_grads(ctx, g, x, weight, needs_x, needs_w, stride, padding, dilation
 def _conv2d_grad(ctx, g, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     batched = input.ndim == 4
     x, g4 = (input, g) if batched else (input.unsqueeze(0), g.unsqueeze(0))
-    gx, gw = _conv2d_grads(ctx, g4, x, weight, ctx.needs(input), ctx.needs(weight), stride, padding, dilation,
+    gx, gw = _conv2d_grads(g4, x, weight, ctx.needs(input), ctx.needs(weight), stride, padding, dilation,
                            groups)
     if gx is not None and not batched:
         gx = gx.squeeze(0)
@@ -68,7 +68,7 @@ def _conv1d_grad(ctx, g, input, weight, bias=None, stride=1, padding=0, dilation
     g4 = (g if batched else g.unsqueeze(0)).unsqueeze(2)
     if not isinstance(padding, str):
         padding = (0, ntuple(padding, 1, "conv1d", "padding")[0])
-    gx, gw = _conv2d_grads(ctx, g4, x, weight.unsqueeze(2), ctx.needs(input), ctx.needs(weight),
+    gx, gw = _conv2d_grads(g4, x, weight.unsqueeze(2), ctx.needs(input), ctx.needs(weight),
                            (1, ntuple(stride, 1, "conv1d", "stride")[0]), padding,
                            (1, ntuple(dilation, 1, "conv1d", "dilation")[0]), groups)
     if gx is not None:

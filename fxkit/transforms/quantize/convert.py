@@ -146,8 +146,11 @@ class _Converter:
                 self.observer(node)
             elif (node.meta.get("quantize") or {}).get("qconfig") is not None:
                 self.layer(node)
-            elif is_transparent(self.gm, node) and node.args[0] in self.qparams:
-                self.transparent(node)
+            elif is_transparent(self.gm, node):
+                if node.args[0] in self.qparams:
+                    self.transparent(node)
+                else:
+                    self.stays_float(node, "its input is float (the quantized region starts after it)")
             else:
                 self.stays_float(node)
 
@@ -233,15 +236,15 @@ class _Converter:
         arguments = self.integer_arguments(node, info, params, qin, qout)
         kwargs = {"dtype": qout.dtype, "relu": out is not node}
         if info["kind"] == "conv2d":
-            arguments += [params["stride"], params["padding"], params["dilation"], params["groups"]]
+            kwargs = {key: params[key] for key in ("stride", "padding", "dilation", "groups")} | kwargs
         with self.graph.inserting_before(node):
             arguments = [self.graph.get_attr(str(a)) if isinstance(a, _Attribute) else a for a in arguments]
-            quantized = self.graph.call(_KERNELS[info["kind"]], tuple(arguments), kwargs, name=f"{node.name}_q")
+            quantized = self.graph.call(_KERNELS[info["kind"]], tuple(arguments), kwargs, name=f"{_base(node)}_q")
         quantized.meta["stack"] = node.meta.get("stack")
         self.mark(quantized, qout)
         observer.replace_all_uses_with(quantized)
         self.erase(observer, *([out] if out is not node else []), node)
-        self.quantized.append(node.name)
+        self.quantized.append(info["module"] or node.name)
 
     def integer_arguments(self, node, info, params, qin, qout):
         """The kernel's positional arguments up to ``output_zero_point``, new buffers as `_Attribute`."""
@@ -265,7 +268,8 @@ class _Converter:
         weight_attr = _Attribute(self.buffer_tensor(node, f"weight_{w_dtype.name}", weight_q))
         if per_channel:
             multiplier = _Attribute(self.buffer(node, "multiplier", multiplier, weight.device))
-            shift = _Attribute(self.buffer(node, "shift", shift, weight.device))
+            # NOTE: shifts lie in [-31, 30]: int8 keeps small saved models small.
+            shift = _Attribute(self.buffer(node, "shift", shift.astype(np.int8), weight.device))
             w_zero_point = (0 if not np.any(w_zero_point) else
                             _Attribute(self.buffer(node, "weight_zero_point", np.asarray(w_zero_point, np.int32),
                                                    weight.device)))
@@ -288,15 +292,22 @@ class _Converter:
         return self.buffer_tensor(node, suffix, Tensor._make(device.xp.asarray(array), device))
 
     def buffer_tensor(self, node, suffix, tensor):
-        name, i = f"{node.name}_{suffix}", 1
+        base = _base(node)
+        name, i = f"{base}_{suffix}", 1
         while hasattr(self.gm, name):
-            name, i = f"{node.name}_{suffix}_{i}", i + 1
+            name, i = f"{base}_{suffix}_{i}", i + 1
         self.gm.register_buffer(name, tensor)
         return name
 
 
 class _Attribute(str):
     """A buffer name that becomes a ``get_attr`` node (not a string constant) in the layer's call."""
+
+
+def _base(node):
+    """The name a layer's buffers and kernel node are called after: its module, else its node."""
+    module = node.meta["quantize"].get("module")
+    return module.replace(".", "_") if module else node.name
 
 
 def _what(gm, node):

@@ -18,7 +18,7 @@ mapping, and a ReLU that is its only user fuses into it (no observer between
 them: the integer kernel clamps at the zero point); then an observer goes after
 each layer's output (after the fused ReLU) and on each layer input that is not
 already an observed value carried through pooling or reshapes. Each layer's
-node records ``meta["quantize"]``: its kind, qconfig and fused ReLU, which
+node records ``meta["quantize"]``: its kind, module, qconfig and fused ReLU, which
 `convert` reads to quantize the weight.
 """
 import copy
@@ -107,7 +107,7 @@ def mark_layers(gm, mapping):
         if qconfig is None and reason is None:
             reason = "the qconfig mapping gives it None"
         relu = fused_relu(gm, node)
-        node.meta["quantize"] = {"kind": layer.kind, "qconfig": None if reason else qconfig,
+        node.meta["quantize"] = {"kind": layer.kind, "module": layer.module_name, "qconfig": None if reason else qconfig,
                                  "fused_relu": relu.name if relu is not None and not reason else None,
                                  "reason": reason}
         if reason is None:

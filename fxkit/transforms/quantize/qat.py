@@ -95,7 +95,7 @@ def _fake_quantize_weight(gm, node):
         args = (node.args[0], fake_quant, bias)
         if LAYER_MODULES[type(module)] == "conv2d":
             args += (module.stride, module.padding, module.dilation, module.groups)
-        layer = graph.call(_OPS[info["kind"]], args)
+        layer = graph.call(_OPS[info["kind"]], args, name=f"{node.name}_qat")
     layer.meta.update(node.meta)
     node.replace_all_uses_with(layer)
     graph.erase_node(node)

@@ -117,6 +117,12 @@ def test_no_grad_records_nothing(rng):
         return t.exp()
 
     assert not infer(x).requires_grad
+
+    @fxkit.no_grad
+    def infer_bare(t):
+        return t.exp()
+
+    assert not infer_bare(x).requires_grad and infer_bare.__name__ == "infer_bare"
     with fxkit.set_grad_enabled(False):
         assert not (x + 1).requires_grad
     assert fxkit.is_grad_enabled()
@@ -295,3 +301,29 @@ def test_a_short_training_loop_lowers_the_loss(rng):
             for p in model.parameters():
                 p -= 0.5 * p.grad
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_grad_mode_is_per_thread():
+    """no_grad in one thread leaves recording on in another (the pipeline trains stages on threads)."""
+    import threading
+
+    seen = {}
+    entered, release = threading.Event(), threading.Event()
+
+    def inside_no_grad():
+        with fxkit.no_grad():
+            entered.set()
+            release.wait(5)
+            seen["worker"] = fxkit.is_grad_enabled()
+
+    worker = threading.Thread(target=inside_no_grad)
+    worker.start()
+    entered.wait(5)
+    x = fxkit.ones(3, requires_grad=True)
+    y = (x * 2).sum()
+    seen["main"] = fxkit.is_grad_enabled()
+    release.set()
+    worker.join()
+    y.backward()
+    assert seen == {"worker": False, "main": True}
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(3, 2.0, np.float32))

@@ -14,24 +14,8 @@ from fxkit.nn import functional as F
 torch = pytest.importorskip("torch")
 
 from tests.models import torch_reference as ref  # noqa: E402
+from tests.models.test_digits import TorchDigitsNet  # noqa: E402  (DigitsNet's reference lives with its test)
 from tests.nn.torch_compare import copy_state, randomize_batchnorm  # noqa: E402
-
-
-class TorchDigitsNet(torch.nn.Module):
-    """fxkit.models.DigitsNet written in PyTorch (same parameter names)."""
-
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(1, 10, kernel_size=3, padding=1)
-        self.conv2 = torch.nn.Conv2d(10, 20, kernel_size=3, padding=1)
-        self.fc1 = torch.nn.Linear(80, 50)
-        self.fc2 = torch.nn.Linear(50, num_classes)
-
-    def forward(self, x):
-        x = torch.relu(torch.nn.functional.max_pool2d(self.conv1(x), 2))
-        x = torch.relu(torch.nn.functional.max_pool2d(self.conv2(x), 2))
-        x = torch.relu(self.fc1(x.view(-1, 80)))
-        return torch.log_softmax(self.fc2(x), dim=1)
 
 
 # zoo name -> (torch constructor, fxkit constructor arguments, input shapes)

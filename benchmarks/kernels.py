@@ -1,0 +1,254 @@
+"""Compiled kernels against numpy, fxkit eager, PyTorch eager and torch.compile, in one run.
+
+    python benchmarks/kernels.py            # full run (a few minutes: torch.compile compiles)
+    python benchmarks/kernels.py --quick    # fewer repeats, no torch.compile
+
+Figures (issue 5):
+- the seed's chain ``x = x * x`` ten times, float32, at 5, 1e4, 1e6 and 16e6 elements:
+  fxkit numba vs numpy vs PyTorch eager vs torch.compile, with the machine's copy
+  bandwidth measured in the same run (targets: at 16e6 the numba kernel moves its
+  128 MB at >= 70% of copy bandwidth; at 5 elements a compiled call, guards
+  included, takes <= 5 µs);
+- softmax and LayerNorm over (4096, 1024): numba >= 2x numpy, within 1.5x of torch.compile;
+- ResNet-18 (8x3x64x64) and the Transformer block (8x32x128) end to end: compiled
+  (numpy and numba backends) vs fxkit eager vs PyTorch eager.
+
+Every peer runs in a process of its own (numpy and fxkit eager, fxkit+numba, PyTorch,
+torch.compile): numba's and PyTorch's thread pools would compete for the cores. Times
+are the best of several repeats (the least disturbed by other load on the machine).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import timeit
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SIZES = (5, 10_000, 1_000_000, 16_000_000)
+ROWS = (4096, 1024)
+MODELS = {"resnet18": (8, 3, 64, 64), "transformer_block": (8, 32, 128)}
+PEERS = ("numpy", "numba", "torch", "torch.compile")
+
+
+def best(fn, quick, budget=0.5):
+    """Best seconds per call of ``fn`` (after a warm-up call) over a few timed rounds."""
+    fn()
+    once = timeit.timeit(fn, number=1)
+    number = max(1, int(0.02 / max(once, 1e-9)))
+    rounds = 3 if quick else max(3, min(15, int(budget / max(once * number, 1e-9))))
+    return min(timeit.repeat(fn, number=number, repeat=rounds)) / number
+
+
+def chain(x):
+    """The seed talk's loop."""
+    for _ in range(10):
+        x = x * x
+    return x
+
+
+def chain_input(n):
+    return (np.random.default_rng(0).random(n) * 0.02 + 0.99).astype(np.float32)
+
+
+def rows_input():
+    return np.random.default_rng(1).standard_normal(ROWS).astype(np.float32)
+
+
+def copy_bandwidth(quick):
+    """Bytes per second of ``np.copyto`` between two preallocated 64 MB arrays (read + write)."""
+    src = chain_input(SIZES[-1])
+    dst = np.empty_like(src)
+    return 2 * src.nbytes / best(lambda: np.copyto(dst, src), quick)
+
+
+# -- peers -----------------------------------------------------------------------------------------
+def bench_numpy(quick):
+    """Raw numpy, fxkit eager and fxkit compiled with the numpy backend."""
+    import fxkit
+    import fxkit.models
+    from fxkit import ops
+
+    res = {"copy GB/s": copy_bandwidth(quick) / 1e9}
+    for n in SIZES:
+        x = chain_input(n)
+        res[f"chain {n} numpy"] = best(lambda: chain(x), quick)
+        t = fxkit.from_numpy(x)
+        res[f"chain {n} fxkit eager"] = best(lambda: chain(t), quick)
+    x = rows_input()
+    w, b = np.ones(ROWS[1], np.float32), np.zeros(ROWS[1], np.float32)
+
+    def softmax(v):
+        e = np.exp(v - v.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def layer_norm(v):
+        centred = v - v.mean(-1, keepdims=True)
+        return centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + 1e-5) * w + b
+
+    res["softmax numpy"] = best(lambda: softmax(x), quick)
+    res["layer_norm numpy"] = best(lambda: layer_norm(x), quick)
+    t, tw, tb = fxkit.from_numpy(x), fxkit.from_numpy(w), fxkit.from_numpy(b)
+    res["softmax fxkit eager"] = best(lambda: ops.softmax(t, dim=-1), quick)
+    res["layer_norm fxkit eager"] = best(lambda: ops.layer_norm(t, (ROWS[1],), tw, tb), quick)
+    for name, shape in MODELS.items():
+        fxkit.manual_seed(0)
+        model, _ = fxkit.models.get(name)
+        inp = fxkit.from_numpy(np.random.default_rng(2).standard_normal(shape).astype(np.float32))
+        res[f"{name} fxkit eager"] = best(lambda: model(inp), quick, 2.0)
+        compiled = fxkit.compile(model, backend="numpy", example_inputs=[inp])
+        res[f"{name} compiled numpy"] = best(lambda: compiled(inp), quick, 2.0)
+    return res
+
+
+def bench_numba(quick):
+    """fxkit compiled with the numba backend (kernels compiled before timing)."""
+    import fxkit
+    import fxkit.models
+    from fxkit import nn, ops
+
+    res = {"copy GB/s": copy_bandwidth(quick) / 1e9}
+    for n in SIZES:
+        t = fxkit.from_numpy(chain_input(n))
+        compiled = fxkit.compile(chain, backend="numba", example_inputs=[t])
+        res[f"chain {n} numba"] = best(lambda: compiled(t), quick)
+    t = fxkit.from_numpy(rows_input())
+    softmax = fxkit.compile(lambda v: ops.softmax(v, dim=-1), backend="numba", example_inputs=[t])
+    res["softmax numba"] = best(lambda: softmax(t), quick)
+    norm = fxkit.compile(nn.LayerNorm(ROWS[1]).eval(), backend="numba", example_inputs=[t])
+    res["layer_norm numba"] = best(lambda: norm(t), quick)
+    for name, shape in MODELS.items():
+        fxkit.manual_seed(0)
+        model, _ = fxkit.models.get(name)
+        inp = fxkit.from_numpy(np.random.default_rng(2).standard_normal(shape).astype(np.float32))
+        compiled = fxkit.compile(model, backend="numba", example_inputs=[inp])
+        res[f"{name} compiled numba"] = best(lambda: compiled(inp), quick, 2.0)
+    return res
+
+
+def bench_torch(quick, compiled):
+    """PyTorch eager, or torch.compile (inductor) when ``compiled``."""
+    import torch
+
+    from tests.models import torch_reference
+
+    torch.set_num_threads(os.cpu_count())
+    wrap = torch.compile if compiled else (lambda f: f)
+    label = "torch.compile" if compiled else "torch"
+    res = {}
+    with torch.no_grad():
+        for n in SIZES:
+            x = torch.from_numpy(chain_input(n))
+            fn = wrap(chain)
+            res[f"chain {n} {label}"] = best(lambda: fn(x), quick)
+        x = torch.from_numpy(rows_input())
+        softmax = wrap(lambda v: torch.softmax(v, dim=-1))
+        res[f"softmax {label}"] = best(lambda: softmax(x), quick)
+        norm = wrap(torch.nn.LayerNorm(ROWS[1]).eval())
+        res[f"layer_norm {label}"] = best(lambda: norm(x), quick)
+        if not compiled:
+            models = {"resnet18": torch_reference.resnet18(), "transformer_block": torch_reference.TransformerBlock()}
+            for name, model in models.items():
+                inp = torch.from_numpy(np.random.default_rng(2).standard_normal(MODELS[name]).astype(np.float32))
+                model = model.eval()
+                res[f"{name} {label}"] = best(lambda: model(inp), quick, 2.0)
+    return res
+
+
+def run_peer(name, quick):
+    """Run one peer in a child process; its figures, or None and why it failed."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--peer", name] + (["--quick"] if quick else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        return None, tail[0]
+    return json.loads(out.stdout.strip().splitlines()[-1]), None
+
+
+# -- report ----------------------------------------------------------------------------------------
+def show(seconds):
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e6:.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def report(res, notes):
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    copy = res.get("copy GB/s")
+    table = Table(title="x = x * x ten times, float32 (time per call; compiled calls include guards)")
+    for col in ("elements", "numpy", "fxkit eager", "numba", "torch", "torch.compile", "numba vs numpy",
+                "numba vs torch.compile", "numba GB/s"):
+        table.add_column(col, justify="right")
+    for n in SIZES:
+        get = {p: res.get(f"chain {n} {p}") for p in ("numpy", "fxkit eager", "numba", "torch", "torch.compile")}
+        numba = get["numba"]
+        rate = 2 * 4 * n / numba / 1e9 if numba else None
+        table.add_row(f"{n:,}", *(show(get[p]) for p in get),
+                      f"{get['numpy'] / numba:.1f}x" if numba and get["numpy"] else "-",
+                      f"{get['torch.compile'] / numba:.2f}x" if numba and get["torch.compile"] else "-",
+                      f"{rate:.1f} ({rate / copy:.0%} of copy)" if rate and copy and n == SIZES[-1] else
+                      (f"{rate:.1f}" if rate else "-"))
+    console.print(table)
+    if copy:
+        console.print(f"copy bandwidth (np.copyto, 64 MB, read + write): {copy:.1f} GB/s; targets: 16e6 elements "
+                      f">= 70% of it, 5 elements <= 5 µs a compiled call")
+    table = Table(title=f"rows of {ROWS[0]}x{ROWS[1]} float32")
+    for col in ("op", "numpy", "fxkit eager", "numba", "torch", "torch.compile", "numba vs numpy (>= 2x)",
+                "numba / torch.compile (<= 1.5)"):
+        table.add_column(col, justify="right")
+    for op in ("softmax", "layer_norm"):
+        get = {p: res.get(f"{op} {p}") for p in ("numpy", "fxkit eager", "numba", "torch", "torch.compile")}
+        numba = get["numba"]
+        table.add_row(op, *(show(get[p]) for p in get),
+                      f"{get['numpy'] / numba:.1f}x" if numba and get["numpy"] else "-",
+                      f"{numba / get['torch.compile']:.2f}" if numba and get["torch.compile"] else "-")
+    console.print(table)
+    table = Table(title="models end to end (batch as shown)")
+    for col in ("model", "fxkit eager", "compiled numpy", "compiled numba", "torch", "eager / numba",
+                "numba / torch"):
+        table.add_column(col, justify="right")
+    for name, shape in MODELS.items():
+        get = {p: res.get(f"{name} {p}") for p in ("fxkit eager", "compiled numpy", "compiled numba", "torch")}
+        numba = get["compiled numba"]
+        table.add_row(f"{name} {'x'.join(map(str, shape))}", *(show(get[p]) for p in get),
+                      f"{get['fxkit eager'] / numba:.2f}x" if numba and get["fxkit eager"] else "-",
+                      f"{numba / get['torch']:.2f}" if numba and get["torch"] else "-")
+    console.print(table)
+    for peer, note in notes.items():
+        console.print(f"[yellow]{peer} did not run: {note}[/yellow]")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, no torch.compile")
+    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peer:
+        bench = {"numpy": bench_numpy, "numba": bench_numba,
+                 "torch": lambda q: bench_torch(q, compiled=False),
+                 "torch.compile": lambda q: bench_torch(q, compiled=True)}[args.peer]
+        print(json.dumps(bench(args.quick)))
+        return
+    res, notes = {}, {}
+    for peer in PEERS:
+        if peer == "torch.compile" and args.quick:
+            continue
+        figures, note = run_peer(peer, args.quick)
+        if figures is None:
+            notes[peer] = note
+            continue
+        if peer == "numba":
+            figures["copy GB/s (numba process)"] = figures.pop("copy GB/s")
+        res.update(figures)
+    report(res, notes)
+
+
+if __name__ == "__main__":
+    main()

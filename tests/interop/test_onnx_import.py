@@ -1,0 +1,173 @@
+"""fxkit.from_onnx: exported zoo models come back as GraphModules computing the same outputs,
+and hand-built ONNX graphs (the shape arithmetic other exporters write) import too."""
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import fxkit  # noqa: E402
+from fxkit.transforms import fuse_elementwise, infer_shapes  # noqa: E402
+from tests.interop.zoo_onnx import as_tuple, exported, other_batch, relative_error, run_onnxruntime  # noqa: E402
+from tests.transforms.model_paths import zoo_model, zoo_params  # noqa: E402
+
+TOLERANCE = 1e-5
+
+
+@pytest.mark.parametrize("name", zoo_params())
+def test_reimported_zoo_model_matches_eager_and_onnxruntime(name):
+    model, inputs, proto = exported(name)
+    gm = fxkit.from_onnx(proto)
+    assert isinstance(gm, fxkit.GraphModule)
+    gm.graph.lint()
+    fresh = other_batch(inputs)
+    expected = as_tuple(model(*fresh))
+    imported = as_tuple(gm(*fresh))
+    from_runtime = run_onnxruntime(proto, fresh)
+    for i, e, r in zip(imported, expected, from_runtime):
+        assert relative_error(i, e) < TOLERANCE
+        assert relative_error(i, r) < TOLERANCE
+
+
+def test_parameters_keep_their_names(tmp_path):
+    model, inputs = zoo_model("lenet")
+    path = tmp_path / "lenet.onnx"
+    fxkit.onnx.export(model, inputs, path)
+    gm = fxkit.from_onnx(path)
+    assert set(gm.state_dict()) == set(model.state_dict())
+    for key, value in model.state_dict().items():
+        np.testing.assert_array_equal(gm.state_dict()[key].numpy(), value.numpy())
+    assert [n.target for n in gm.graph.nodes if n.op == "placeholder"] == ["x"]
+
+
+@pytest.mark.parametrize("source", ["path", "bytes", "proto"])
+def test_sources(source, tmp_path):
+    model, inputs = zoo_model("mlp")
+    proto = fxkit.onnx.export(model, inputs)
+    path = tmp_path / "mlp.onnx"
+    onnx.save(proto, str(path))
+    given = {"path": str(path), "bytes": proto.SerializeToString(), "proto": proto}[source]
+    assert relative_error(fxkit.from_onnx(given)(*inputs), model(*inputs)) < TOLERANCE
+
+
+def test_passes_apply_to_imported_models():
+    model, inputs, proto = exported("lstm_cell")
+    gm = fxkit.from_onnx(proto)
+    infer_shapes(gm, *(("N", *x.shape[1:]) for x in inputs))
+    assert str(gm.graph.output_node().meta["tensor_meta"][0].shape[0]) == "N"
+    fused = fuse_elementwise(gm)
+    for a, e in zip(fused(*inputs), model(*inputs)):
+        assert relative_error(a, e) < TOLERANCE
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "handmade", inputs, outputs, [numpy_helper.from_array(a, n)
+                                                                    for n, a in initializers])
+    opsets = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def _flatten_then_matmul(features_nodes, consts, input_dims):
+    """y = x.reshape(x.shape[0], <features>) @ w * 0.5, the shape computed inside the graph."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+             *features_nodes,
+             helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "features"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "w"], ["mm"]),
+             helper.make_node("Constant", [], ["half"], value_float=0.5),
+             helper.make_node("Mul", ["mm", "half"], ["y"])]
+    consts = consts + [("zero", np.array(0, np.int64)), ("axes0", np.array([0], np.int64))]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_dims)],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], consts)
+
+
+def test_shape_arithmetic_as_other_exporters_write_it():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((12, 5)).astype(np.float32)
+    x = rng.standard_normal((7, 3, 4)).astype(np.float32)
+    reference = x.reshape(7, 12).astype(np.float64) @ w * 0.5
+    by_product = [helper.make_node("Slice", ["shape", "one", "three"], ["rest"]),
+                  helper.make_node("ReduceProd", ["rest"], ["features"], keepdims=1)]
+    by_gathers = [helper.make_node("Gather", ["shape", "one"], ["rest_0"], axis=0),
+                  helper.make_node("Gather", ["shape", "two"], ["rest_1"], axis=0),
+                  helper.make_node("Mul", ["rest_0", "rest_1"], ["features"])]
+    consts = [("w", w), ("one", np.array([1], np.int64)), ("two", np.array([2], np.int64)),
+              ("three", np.array([3], np.int64))]
+    for features in (by_product, by_gathers):
+        proto = _flatten_then_matmul(features, consts, ["N", 3, 4])
+        gm = fxkit.from_onnx(proto)
+        np.testing.assert_allclose(gm(fxkit.from_numpy(x)).numpy(), reference, rtol=1e-5, atol=1e-5)
+        assert relative_error(gm(fxkit.from_numpy(x)), run_onnxruntime(proto, (fxkit.from_numpy(x),))[0]) < 1e-5
+    # Known dims fold while importing; a product over a dynamic dim would need a shape as data.
+    with pytest.raises(fxkit.GraphError, match=r"'features_of_dynamic' \(op type ReduceProd\).*used as a data"):
+        by_product[1].name = "features_of_dynamic"
+        fxkit.from_onnx(_flatten_then_matmul(by_product, consts, ["N", "C", 4]))
+
+
+def test_asymmetric_conv_pads_and_gemm_forms():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((6, 5)).astype(np.float32)
+    c = rng.standard_normal((5,)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["conv"], pads=[0, 1, 1, 2], strides=[1, 2]),
+             helper.make_node("GlobalAveragePool", ["conv"], ["pooled"]),
+             helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+             helper.make_node("Concat", ["flat", "flat"], ["wide"], axis=1),
+             helper.make_node("Slice", ["wide", "s0", "s1", "s2"], ["six"]),
+             helper.make_node("Gemm", ["six", "b", "c"], ["y"], alpha=0.5, beta=2.0),
+             helper.make_node("Clip", ["y", "lo", "hi"], ["clipped"]),
+             helper.make_node("Softmax", ["clipped"], ["out"], axis=-1)]
+    consts = [("w", w), ("b", b), ("c", c), ("s0", np.array([1], np.int64)), ("s1", np.array([7], np.int64)),
+              ("s2", np.array([1], np.int64)), ("lo", np.array(-1.0, np.float32)), ("hi", np.array(1.5, np.float32))]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 8, 9])],
+                   [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 5])], consts)
+    onnx.checker.check_model(proto, full_check=True)
+    x = fxkit.randn(3, 2, 8, 9)
+    assert relative_error(fxkit.from_onnx(proto)(x), run_onnxruntime(proto, (x,))[0]) < TOLERANCE
+
+
+def test_quantized_qdq_model_reimports():
+    from fxkit.transforms.quantize import calibrate, convert, prepare
+
+    model, inputs = zoo_model("mlp")
+    prepared = prepare(fxkit.symbolic_trace(model))
+    calibrate(prepared, [inputs], progress=False)
+    quantized = convert(prepared, report=False)
+    proto = fxkit.onnx.export(quantized, inputs)
+    gm = fxkit.from_onnx(proto)
+    assert any(n.is_op("quantize_affine") for n in gm.graph.nodes)
+    np.testing.assert_allclose(gm(*inputs).numpy(), run_onnxruntime(proto, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["transformer_block", "lstm_cell", "lenet",
+                                  pytest.param("resnet18", marks=pytest.mark.slow)])
+def test_files_written_by_torch_onnx_export_import(name, tmp_path):
+    torch = pytest.importorskip("torch")
+    from tests.models import torch_reference as R
+
+    build, shapes = {"transformer_block": (R.TransformerBlock, [(2, 16, 128)]), "lenet": (R.Net, [(2, 1, 28, 28)]),
+                     "lstm_cell": (lambda: R.LSTMCell(8, 16), [(2, 8), (2, 16), (2, 16)]),
+                     "resnet18": (R.resnet18, [(2, 3, 32, 32)])}[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    names = [f"input_{i}" for i in range(len(shapes))]
+    path = tmp_path / f"{name}.onnx"
+    try:
+        with warnings.catch_warnings():  # the exporter's deprecation and tracer warnings are PyTorch's business
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, tuple(torch.randn(*s) for s in shapes), str(path), dynamo=False,
+                              opset_version=17, input_names=names, dynamic_axes={n: {0: "N"} for n in names})
+    except Exception as exc:  # noqa: BLE001  (the exporter's own dependencies may be missing)
+        pytest.skip(f"torch.onnx.export is unavailable here: {exc}")
+    gm = fxkit.from_onnx(path)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((3, *s[1:])).astype(np.float32) for s in shapes]
+    with torch.no_grad():
+        expected = as_tuple(model(*(torch.from_numpy(a) for a in arrays)))
+    for a, e in zip(as_tuple(gm(*(fxkit.from_numpy(a) for a in arrays))), expected):
+        assert relative_error(a, e.numpy()) < TOLERANCE
