@@ -13,8 +13,8 @@ Figures and targets:
   numba engine and the numpy reference engine, against fxkit's float32 layer (BLAS); PyTorch's
   float32 and fbgemm int8 layers alongside when PyTorch is installed. Reported, no target.
 
-Timings alternate between the contenders round by round and keep each one's best round, so
-drift on a shared machine hits all alike.
+Each contender is timed in its own block of rounds and keeps its best round (the least
+disturbed by other processes on a shared machine).
 """
 import argparse
 import os
@@ -84,16 +84,23 @@ def accuracy_table(console, with_qat):
 
 
 def best_of(fns, rounds):
-    """Best seconds of each function, timed alternately."""
+    """Best seconds of each function over ``rounds`` calls, one function after the other.
+
+    NOTE: not interleaved: BLAS, numba and PyTorch each keep worker threads spinning for a
+    while after a call, and on a small machine those steal the cores from the next library.
+    """
+    best = []
     for fn in fns:
         fn()
-    times = [[] for _ in fns]
-    for _ in range(rounds):
-        for fn, kept in zip(fns, times):
+        time.sleep(0.2)  # let the previous library's threads go to sleep
+        fn()
+        kept = []
+        for _ in range(rounds):
             start = time.perf_counter()
             fn()
             kept.append(time.perf_counter() - start)
-    return [min(t) for t in times]
+        best.append(min(kept))
+    return best
 
 
 def _int8_layer(rng, kind, x_shape, w_shape, conv):

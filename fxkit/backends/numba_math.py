@@ -16,8 +16,8 @@ Generated kernel modules import these. They are not cached on disk
 themselves: numba links a cached function as object code, which LLVM cannot
 inline, and a call per element stops vectorisation. The kernels calling
 them are cached, with these inlined. Only the row sums use fastmath (their
-own reassociation); LLVM keeps each inlined instruction's flags, so nothing
-reorders the range reductions here.
+own reassociation), and they call nothing, so no fastmath flag reaches the
+range reductions here.
 """
 import math
 
@@ -134,11 +134,12 @@ def minimum(a, b):
 
 
 # -- row reductions ---------------------------------------------------------------------------
-# Row kernels (softmax, log_softmax, layer_norm) keep each row in a scratch buffer and reduce it.
-# The maximum is LLVM's ``maxnum``, which skips NaN and is vectorised as a reduction (numba's
-# ``max``, a compare and a select, is not); a NaN in a row still makes the row's sum NaN, so every
-# output of that row is NaN as in eager mode. The sums below are the only loops allowed to
-# reassociate (the partial sums of a SIMD reduction).
+# Row kernels (softmax, log_softmax, layer_norm) keep each row in a scratch buffer and reduce it
+# here. The maximum is LLVM's ``maxnum``, which skips NaN and is vectorised as a reduction
+# (numba's ``max``, a compare and a select, is not); a NaN in a row still makes the row's sum NaN,
+# so every output of that row is NaN as in eager mode. The sums are the only loops allowed to
+# reassociate (the partial sums of a SIMD reduction), and they call nothing: numba applies a
+# function's fastmath flags to the functions inlined into it, so ``exp32`` stays out of them.
 @intrinsic
 def maxnum(typingctx, a, b):
     """``llvm.maxnum``: the larger of two floats of one type, the other one where one is NaN."""
@@ -150,6 +151,19 @@ def maxnum(typingctx, a, b):
         return builder.call(function, args)
 
     return signature, codegen
+
+
+@numba.njit(nogil=True)
+def row_max(buf):
+    """The largest value of a row, NaN skipped (``-inf`` for an empty row).
+
+    A loop of its own: LLVM vectorises a max reduction, but not one sharing a
+    loop with the stores that fill the row.
+    """
+    m = buf.dtype.type(-np.inf)
+    for j in range(buf.size):
+        m = maxnum(m, buf[j])
+    return m
 
 
 @numba.njit(nogil=True, fastmath={"reassoc"})
@@ -168,44 +182,4 @@ def row_sum_squares(buf, mean):
     for j in range(buf.size):
         d = buf[j] - mean
         s += d * d
-    return s
-
-
-@numba.njit(nogil=True, fastmath={"reassoc"})
-def row_exp32(buf, m):
-    """``buf = exp(buf - m)`` in place for a float32 row; returns the new sum."""
-    s = _F32(0.0)
-    for j in range(buf.size):
-        e = exp32(buf[j] - m)
-        buf[j] = e
-        s += e
-    return s
-
-
-@numba.njit(nogil=True, fastmath={"reassoc"})
-def row_exp64(buf, m):
-    """``buf = exp(buf - m)`` in place for a float64 row; returns the new sum."""
-    s = 0.0
-    for j in range(buf.size):
-        e = math.exp(buf[j] - m)
-        buf[j] = e
-        s += e
-    return s
-
-
-@numba.njit(nogil=True, fastmath={"reassoc"})
-def row_sum_exp32(buf, m):
-    """``sum(exp(buf - m))`` of a float32 row, ``buf`` unchanged."""
-    s = _F32(0.0)
-    for j in range(buf.size):
-        s += exp32(buf[j] - m)
-    return s
-
-
-@numba.njit(nogil=True, fastmath={"reassoc"})
-def row_sum_exp64(buf, m):
-    """``sum(exp(buf - m))`` of a float64 row, ``buf`` unchanged."""
-    s = 0.0
-    for j in range(buf.size):
-        s += math.exp(buf[j] - m)
     return s

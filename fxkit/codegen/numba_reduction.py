@@ -11,11 +11,12 @@ epilogue applied as each output element is written::
     def rows(out0, x0, ...):                 # a block of rows (one task when run in parallel)
         buf = np.empty(n1, np.float32)
         for i0 in range(n0):
-            m = np.float32(-np.inf)
             for j in range(n1):
                 buf[j] = <prologue at (i0, j)>
-                m = maxnum(m, buf[j])
-            s = np.float32(1.0) / row_exp32(buf, m)    # buf = exp(buf - m), and its sum
+            m = row_max(buf)
+            for j_1 in range(buf.size):
+                buf[j_1] = exp32(buf[j_1] - m)
+            s = np.float32(1.0) / row_sum(buf)
             for j in range(n1):
                 softmax = np.float32(buf[j] * s)
                 out0[i0, j] = <epilogue of softmax at (i0, j)>
@@ -25,7 +26,7 @@ operations (``exp(x - max) / sum``, ``(x - max) - log(sum)``, ``(x - mean) *
 (1 / sqrt(var + eps)) * weight + bias`` with the biased variance); softmax
 multiplies by the sum's reciprocal where eager divides (within 1 ulp), and
 sums run in SIMD partial sums. Each row pass is a contiguous loop LLVM
-vectorises (``exp32``, ``maxnum``). Operands must be C-contiguous (callers
+vectorises (``exp32``; the reductions are `fxkit.backends.numba_math`'s). Operands must be C-contiguous (callers
 copy others) and, over the row dimensions, either full or broadcast (one
 value a row); other groups are left to the elementwise kernels and numpy.
 The loops over rows are a function of their own, called on slices of rows
@@ -45,7 +46,7 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.registry import get_op
 
 _LOAD = ast.Load()
-_ROW_HELPERS = ("maxnum", "row_exp32", "row_exp64", "row_sum", "row_sum_exp32", "row_sum_exp64", "row_sum_squares")
+_ROW_HELPERS = ("row_max", "row_sum", "row_sum_squares")
 _ROW_HEADER = HEADER + (f"from fxkit.backends.numba_math import {', '.join(_ROW_HELPERS)}",)
 _ROW_RESERVED = RESERVED + _ROW_HELPERS
 _FLOATS = ("float32", "float64")
@@ -74,25 +75,24 @@ class _Softmax:
     def operands(self, node):
         return ()
 
-    def start(self, block, names, dtype):
-        """Before the prologue loop: the running maximum."""
-        m = names.create_name("m")
-        block.line(f"{m} = np.{dtype.name}(-np.inf)")
-        return m
-
-    def accumulate(self, block, state, value):
-        """In the prologue loop, for each row value: the running maximum (a vectorised ``maxnum``)."""
-        block.line(f"{state} = maxnum({state}, {value})")
-
-    def emit(self, block, names, buf, dtype, node, emitter, m):
+    def emit(self, block, names, buf, dtype, node, emitter):
         """Statistics after ``buf`` holds the row; returns a function of ``j`` giving the value."""
-        s = names.create_name("s")
-        bits = dtype.itemsize * 8
+        m, s, j = names.create_name("m"), names.create_name("s"), names.create_name("j")
+        exp = "exp32" if dtype.name == "float32" else "math.exp"
+        block.line(f"{m} = row_max({buf})")
         if self.log:
-            block.line(f"{s} = math.log(row_sum_exp{bits}({buf}, {m}))")
-            return lambda j: f"({buf}[{j}] - {m}) - {s}"
+            # NOTE: the exponentials go to a second buffer: the shifted row is the result's first term.
+            exps = names.create_name("exps")
+            block.line(f"{exps} = np.empty_like({buf})")
+            with block.indent(f"for {j} in range({buf}.size):"):
+                block.line(f"{buf}[{j}] = {buf}[{j}] - {m}")
+                block.line(f"{exps}[{j}] = {exp}({buf}[{j}])")
+            block.line(f"{s} = math.log(row_sum({exps}))")
+            return lambda j: f"{buf}[{j}] - {s}"
+        with block.indent(f"for {j} in range({buf}.size):"):
+            block.line(f"{buf}[{j}] = {exp}({buf}[{j}] - {m})")
         # NOTE: one reciprocal a row and a multiply an element (eager divides: within 1 ulp).
-        block.line(f"{s} = {ast.unparse(typed_constant(1, dtype))} / row_exp{bits}({buf}, {m})")
+        block.line(f"{s} = {ast.unparse(typed_constant(1, dtype))} / row_sum({buf})")
         return lambda j: f"{buf}[{j}] * {s}"
 
 
@@ -117,13 +117,7 @@ class _LayerNorm:
         args = _bound(node)
         return tuple(args[k] for k in ("weight", "bias") if args[k] is not None)
 
-    def start(self, block, names, dtype):
-        return None
-
-    def accumulate(self, block, state, value):
-        """Nothing a value: the mean needs the whole row first (a reassociating sum)."""
-
-    def emit(self, block, names, buf, dtype, node, emitter, state):
+    def emit(self, block, names, buf, dtype, node, emitter):
         args = _bound(node)
         mean, rstd = names.create_name("mean"), names.create_name("rstd")
         eps = ast.unparse(typed_constant(args["eps"], dtype))
@@ -264,15 +258,12 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
 
         def row_body(block):
             j = indices[-1]
-            state = rule.start(block, names, dtype)
             with block.indent(f"for {j} in range({extents[-1]}):"):
                 load(block, _reads(prologue, row, rule, before=True))
                 for node in prologue:
                     emitter.emit(block, node)
-                value = ast.unparse(emitter.operand(row.args[0], dtype))
-                block.line(f"{buf}[{j}] = {value}")
-                rule.accumulate(block, state, f"{buf}[{j}]")
-            value = rule.emit(block, names, buf, dtype, row, emitter, state)
+                block.line(f"{buf}[{j}] = {ast.unparse(emitter.operand(row.args[0], dtype))}")
+            value = rule.emit(block, names, buf, dtype, row, emitter)
             with block.indent(f"for {j} in range({extents[-1]}):"):
                 load(block, _reads(epilogue, row, rule, before=False))
                 local = names.create_name(row.target.name)
