@@ -180,7 +180,7 @@ def report(res, notes):
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=150)
     copy = res.get("copy GB/s")
     table = Table(title="x = x * x ten times, float32 (time per call; compiled calls include guards)")
     for col in ("elements", "numpy", "fxkit eager", "numba", "torch", "torch.compile", "numba vs numpy",

@@ -19,6 +19,7 @@ disturbed by other processes on a shared machine).
 import argparse
 import os
 import sys
+import tempfile
 import time
 import warnings
 
@@ -62,10 +63,9 @@ def accuracy_table(console, with_qat):
     train_x, train_y, test_x, test_y = digits_split()
     models = [("MLP (sklearn weights)", mlp_from_sklearn(train_x, train_y), (-1, 64), F.cross_entropy),
               ("DigitsNet (CNN)", train_digits_net(train_x, train_y, 8, console), IMAGE, F.nll_loss)]
-    table = Table("model", "fp32", "PTQ per-tensor", "PTQ per-channel", "QAT (3 epochs)", "fp32 file",
+    table = Table("model", "fp32", "PTQ per-tensor", "PTQ per-channel", "QAT per-tensor (3 epochs)", "fp32 file",
                   "int8 file / fp32", title="digits test accuracy (450 images by unseen writers) and fxkit.save sizes")
-    folder = os.path.join(ROOT, ".bench_quantization")
-    os.makedirs(folder, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="fxkit-bench-quantization-")
     for name, model, shape, loss_fn in models:
         batches = [fxkit.from_numpy(train_x[i:i + 64].reshape(shape)) for i in range(0, len(train_x), 64)]
         quantized = {}
@@ -114,14 +114,14 @@ def _int8_layer(rng, kind, x_shape, w_shape, conv):
     return lambda: op(*args, **conv, relu=True)
 
 
-def _torch_layers(rng, kind, x_shape, w_shape, conv):
+def _torch_layers(rng, kind, x_shape, w_shape, conv, threads):
     """PyTorch's float32 and fbgemm int8 layers of the same shape, or (None, None)."""
     try:
         import torch
         import torch.ao.nn.quantized as nnq
     except ImportError:
         return None, None
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x = torch.from_numpy(rng.standard_normal(x_shape).astype(np.float32))
@@ -149,7 +149,17 @@ def _torch_layers(rng, kind, x_shape, w_shape, conv):
     return float32, int8
 
 
-def latency_table(console, rounds):
+def latency_table(console, rounds, threads):
+    """One layer's latency with every library limited to ``threads`` threads."""
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    numba.set_num_threads(threads)
+    with threadpool_limits(threads):
+        _latency_rows(console, rounds, threads)
+
+
+def _latency_rows(console, rounds, threads):
     rng = np.random.default_rng(0)
     cases = [
         ("linear", "DigitsNet fc1, batch 64", (64, 256), (128, 256), {}),
@@ -159,7 +169,7 @@ def latency_table(console, rounds):
         ("conv2d", "3x3 64->64 on 28x28, batch 8", (8, 64, 28, 28), (64, 64, 3, 3), {"padding": 1}),
     ]
     table = Table("layer", "fp32 fxkit", "int8 numba", "int8 reference", "numba / fp32", "fp32 torch",
-                  "int8 torch fbgemm", title=f"one layer, best of {rounds} (ms), {os.cpu_count()} CPU threads")
+                  "int8 torch fbgemm", title=f"one layer, best of {rounds} (ms), {threads} thread(s) per library")
     for kind, label, x_shape, w_shape, conv in cases:
         xf = fxkit.from_numpy(rng.standard_normal(x_shape).astype(np.float32))
         wf = fxkit.from_numpy(rng.standard_normal(w_shape).astype(np.float32))
@@ -172,7 +182,7 @@ def latency_table(console, rounds):
             with use_quantized_engine("numba"):
                 return int8_layer()
 
-        torch_fp32, torch_int8 = _torch_layers(rng, kind, x_shape, w_shape, conv)
+        torch_fp32, torch_int8 = _torch_layers(rng, kind, x_shape, w_shape, conv, threads)
         fns = [float_layer, numba_layer, int8_layer] + [f for f in (torch_fp32, torch_int8) if f is not None]
         times = best_of(fns, rounds)
         ms = [f"{t * 1e3:.3f}" for t in times]
@@ -184,9 +194,11 @@ def latency_table(console, rounds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads per library for the latency table (1: least disturbed on a shared machine)")
     args = parser.parse_args()
     console = Console()
-    latency_table(console, 5 if args.quick else 30)
+    latency_table(console, 5 if args.quick else 30, args.threads)
     accuracy_table(console, with_qat=not args.quick)
 
 

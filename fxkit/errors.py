@@ -58,6 +58,11 @@ class IndexOutOfRangeError(FxkitError, IndexError):
     """An index or a dimension outside a tensor's range."""
 
 
+class ValueRangeError(FxkitError, ValueError):
+    """A value an operation cannot take: an integer division by zero, an infinity written
+    into an integer tensor."""
+
+
 class StateDictError(FxkitError, RuntimeError):
     """A state_dict that does not fit a module: missing or unexpected keys, shape mismatches."""
 

@@ -70,7 +70,43 @@ def main():
     shapes = ((32, 128), (32, 256), (32, 256))
     inputs = tuple(fxkit.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in shapes)
     compile_and_time(console, "LSTM cell", cell, inputs, table)
+    if "numba" in backend_names():
+        numba_row_kernels(console, rng, table)
     console.print(table)
+
+
+# -- numba: row kernels and the kernel cache ---------------------------------------------------
+def scaled_softmax(scores, mask):
+    """Attention's normalisation: scale, mask, softmax over the last dim."""
+    return fxkit.ops.softmax(scores * 0.125 + mask, dim=-1)
+
+
+def numba_row_kernels(console, rng, table):
+    """The numba backend makes a softmax with its elementwise neighbours one kernel (a row kernel:
+    a prologue, a reduction over the last axis, an epilogue), and a LayerNorm another; kernels
+    are cached on disk, so the next run of this recipe loads them instead of compiling."""
+    from fxkit.backends.numba_cache import cache_dir
+
+    scores = fxkit.from_numpy(rng.standard_normal((64, 8, 32, 32)).astype(np.float32))
+    mask = fxkit.from_numpy(np.triu(np.full((32, 32), -1e9, np.float32), 1))
+    compiled = fxkit.compile(scaled_softmax, backend="numba", example_inputs=(scores, mask))
+    console.rule("[bold]scale + mask + softmax: numba backend")
+    print(compiled.code)
+    for kernel, source in compiled.kernel_sources().items():
+        console.print(f"[bold]kernel {kernel}[/bold]")
+        print(source)
+    np.testing.assert_allclose(compiled(scores, mask).numpy(), scaled_softmax(scores, mask).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    eager, timed = seconds_per_call(scaled_softmax, (scores, mask)), seconds_per_call(compiled, (scores, mask))
+    table.add_row("scale+mask+softmax", "64x8x32x32, 32x32", "numba", show(eager), show(timed),
+                  f"{eager / timed:.1f}x")
+    norm = fxkit.nn.LayerNorm(1024).eval()
+    x = fxkit.from_numpy(rng.standard_normal((4096, 1024)).astype(np.float32))
+    compiled = fxkit.compile(norm, backend="numba", example_inputs=(x,))
+    np.testing.assert_allclose(compiled(x).numpy(), norm(x).numpy(), rtol=1e-5, atol=1e-5)
+    eager, timed = seconds_per_call(norm, (x,)), seconds_per_call(compiled, (x,))
+    table.add_row("LayerNorm", "4096x1024", "numba", show(eager), show(timed), f"{eager / timed:.1f}x")
+    console.print(f"numba kernels and their compiled code are cached in {cache_dir()}")
 
 
 if __name__ == "__main__":

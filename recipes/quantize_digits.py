@@ -64,7 +64,8 @@ def train_digits_net(train_x, train_y, epochs, console):
     rng = np.random.default_rng(0)
     images = train_x.reshape(IMAGE)
     steps = (len(images) + 31) // 32
-    columns = (TextColumn("training DigitsNet"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.4f}"))
+    columns = (TextColumn("training DigitsNet"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]:.4f}"))
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("train", total=epochs * steps, loss=float("nan"))
         for _ in range(epochs):

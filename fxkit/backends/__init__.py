@@ -9,6 +9,7 @@ from fxkit.backends.backend import Backend, Lowered, backend_names, get_backend,
 from fxkit.backends.compile import CompiledModule, CompileStats, compile
 from fxkit.backends import numpy_backend  # noqa: F401  (registers "numpy")
 from fxkit.backends import numba_backend  # noqa: F401  (registers "numba" where numba is installed)
+from fxkit.backends import cupy_backend  # noqa: F401  (registers "cupy"; cupy is imported when a GPU is used)
 from fxkit.runtime.ops.quantized_ops import register_quantized_engine
 
 

@@ -8,9 +8,9 @@ value, and the elementwise group (or op) that is its only user; the numba
 backend compiles each such group to one row kernel. Attention scores::
 
     before:                                          after:
-    %fused_2 = call[fused_2](%bmm, %mask)            %softmax = call[fused_5](%bmm, %mask)
-    %softmax = call[softmax](%fused_2, dim=-1)
-                                                     with fused_5 = graph(bmm, mask):
+    %add     = call[fused_2](%bmm, %mask)            %softmax = call[fused_2](%bmm, %mask)
+    %softmax = call[softmax](%add, dim=-1)
+                                                     with fused_2 = graph(bmm, mask):
     with fused_2 = graph(bmm, mask):                     %mul     = call[mul](%bmm, 0.125)
         %mul = call[mul](%bmm, 0.125)                    %add     = call[add](%mul, %mask)
         %add = call[add](%mul, %mask)                    %softmax = call[softmax](%add, dim=-1)

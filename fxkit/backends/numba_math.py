@@ -19,8 +19,6 @@ them are cached, with these inlined. Only the row sums use fastmath (their
 own reassociation), and they call nothing, so no fastmath flag reaches the
 range reductions here.
 """
-import math
-
 import numba
 import numpy as np
 from llvmlite import ir

@@ -5,7 +5,7 @@ one softmax, log_softmax or layer_norm over its input's last dimension(s),
 the elementwise ops computing that input, and the elementwise ops applied to
 its result. It becomes one ``@numba.njit`` kernel: rows run in parallel,
 each row is computed into a scratch buffer by the prologue, reduced (the
-vectorised `fxkit.backends.numba_math` row helpers), and normalised, with the
+vectorised row helpers of `fxkit.backends.numba_math`), and normalised, with the
 epilogue applied as each output element is written::
 
     def rows(out0, x0, ...):                 # a block of rows (one task when run in parallel)
@@ -25,8 +25,9 @@ The statistics follow the eager implementations' formulas and order of
 operations (``exp(x - max) / sum``, ``(x - max) - log(sum)``, ``(x - mean) *
 (1 / sqrt(var + eps)) * weight + bias`` with the biased variance); softmax
 multiplies by the sum's reciprocal where eager divides (within 1 ulp), and
-sums run in SIMD partial sums. Each row pass is a contiguous loop LLVM
-vectorises (``exp32``; the reductions are `fxkit.backends.numba_math`'s). Operands must be C-contiguous (callers
+sums run in SIMD partial sums. Each pass over a row is a contiguous loop
+LLVM vectorises (``exp32`` in the kernel; the reductions are separate
+`fxkit.backends.numba_math` loops). Operands must be C-contiguous (callers
 copy others) and, over the row dimensions, either full or broadcast (one
 value a row); other groups are left to the elementwise kernels and numpy.
 The loops over rows are a function of their own, called on slices of rows

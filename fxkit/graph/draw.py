@@ -32,6 +32,7 @@ import subprocess
 
 from fxkit.codegen.dot import DotGraph
 from fxkit.errors import GraphError, MissingToolError
+from fxkit.graph.call_targets import called_graph
 from fxkit.graph.node import Node, format_operation, format_target
 from fxkit.graph.printer import format_type
 from fxkit.runtime.op import Op
@@ -153,14 +154,6 @@ def _label(name, description):
     return name if description == name else f"{name}\n{description}"
 
 
-def _body(node):
-    """The sub-graph a fused call runs, or None."""
-    if node.op != "call":
-        return None
-    body = getattr(node.target, "graph", None)
-    return body if body is not None and hasattr(body, "nodes") else None
-
-
 class _Drawing:
     """One graph being drawn: where each value is drawn, then nodes by cluster, then edges."""
 
@@ -172,7 +165,7 @@ class _Drawing:
         self.picks = {}
         for node in self.nodes:
             if (node.is_op(_GETITEM) and len(node.args) == 2 and isinstance(node.args[0], Node)
-                    and _body(node.args[0]) is not None and type(node.args[1]) is int):
+                    and called_graph(node.args[0]) is not None and type(node.args[1]) is int):
                 self.picks[node] = node.args[0], node.args[1]
 
     # -- where a value is drawn ------------------------------------------------------------
@@ -180,9 +173,9 @@ class _Drawing:
         """The DOT id of the box producing outer node ``value``."""
         if value in self.picks:
             fused, index = self.picks[value]
-            results = _body(fused).output_node().args[0]
+            results = called_graph(fused).output_node().args[0]
             return self._body_source(fused, results[index] if type(results) in (tuple, list) else results)
-        body = _body(value)
+        body = called_graph(value)
         if body is not None:
             results = body.output_node().args[0]
             single = results[-1] if type(results) in (tuple, list) else results
@@ -192,7 +185,7 @@ class _Drawing:
     def _body_source(self, fused, inner):
         """The DOT id of body node ``inner`` of fused call ``fused`` (inputs resolve to the outer values)."""
         if inner.op == "placeholder":
-            inputs = [n for n in _body(fused).nodes if n.op == "placeholder"]
+            inputs = [n for n in called_graph(fused).nodes if n.op == "placeholder"]
             outer = fused.args[inputs.index(inner)]
             return self.source_of(outer) if isinstance(outer, Node) else None
         return f"{fused.name}.{inner.name}"
@@ -220,7 +213,7 @@ class _Drawing:
 
     def _declare(self, dot, nodes):
         for node in nodes:
-            body = _body(node)
+            body = called_graph(node)
             if body is None:
                 dot.node(node.name, label=_label(node.name, self._describe(node)), fillcolor=self._color(node),
                          tooltip=node.format_node() if node.op == "output" else format_operation(node))
@@ -232,7 +225,7 @@ class _Drawing:
                                  fillcolor=COLORS["op"], tooltip=format_operation(inner))
 
     def _edges(self, dot, node):
-        body = _body(node)
+        body = called_graph(node)
         if body is None:
             picked = node.is_op(_GETITEM) and type(node.args[1]) is int
             for value in node.all_input_nodes:

@@ -256,10 +256,8 @@ def _rebuild(base, class_name, state):
 
 
 def _base_class(cls):
-    for klass in cls.__mro__:
-        if not klass.__dict__.get(_GENERATED_CLASS, False):
-            return klass
-    raise GraphError(f"{cls} has no user-visible GraphModule base")  # unreachable: Module is one
+    """The first class of ``cls``'s MRO that is no per-instance generated class."""
+    return next(klass for klass in cls.__mro__ if not klass.__dict__.get(_GENERATED_CLASS, False))
 
 
 def _forget_source(filename):

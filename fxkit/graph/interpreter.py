@@ -17,6 +17,7 @@ Example:
     >>> CountCalls(gm).run(x)
 """
 from fxkit.errors import FxkitError, GraphError
+from fxkit.graph.attributes import fetch_attr
 from fxkit.graph.node import map_arg
 
 
@@ -114,17 +115,11 @@ class Interpreter:
         return args[0] if args else None
 
     def fetch_attr(self, target):
-        """Walk the dotted path ``target`` from the module."""
-        value = self.module
-        walked = []
-        for part in target.split("."):
-            try:
-                value = getattr(value, part)
-            except AttributeError:
-                where = ".".join(walked) or "the module"
-                raise GraphError(f"{where} has no attribute {part!r} (needed for {target!r})") from None
-            walked.append(part)
-        return value
+        """Walk the dotted path ``target`` from the module (`GraphError` naming a missing part)."""
+        try:
+            return fetch_attr(self.module, target)
+        except AttributeError as exc:
+            raise GraphError(str(exc)) from None
 
 
 def node_error(node, exc):

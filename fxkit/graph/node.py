@@ -68,6 +68,7 @@ class Node:
     # -- fields whose change invalidates generated code --------------------------
     @property
     def name(self):
+        """The node's unique identifier; assigning makes the new name valid and unique."""
         return self._name
 
     @name.setter
@@ -77,6 +78,7 @@ class Node:
 
     @property
     def op(self):
+        """The opcode: ``placeholder``, ``get_attr``, ``call`` or ``output``."""
         return self._op
 
     @op.setter
@@ -86,6 +88,7 @@ class Node:
 
     @property
     def target(self):
+        """What the node reads or calls (see the class docstring); assigning marks code stale."""
         return self._target
 
     @target.setter

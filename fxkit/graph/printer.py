@@ -10,6 +10,7 @@ recorded ``meta["shape"]`` and ``meta["dtype"]``::
         %add    : f32[3, 4] = call[add](%x, %param)
         return %add
 """
+from fxkit.graph.call_targets import called_graph
 from fxkit.graph.node import format_arg, format_operation, format_target
 from fxkit.runtime.dtypes import DType
 from fxkit.runtime.op import short_dtype
@@ -57,8 +58,8 @@ def _nested_bodies(nodes):
     lines = []
     shown = set()
     for node in nodes:
-        body = getattr(node.target, "graph", None) if node.op == "call" else None
-        if body is None or not hasattr(body, "nodes") or id(node.target) in shown:
+        body = called_graph(node)
+        if body is None or id(node.target) in shown:
             continue
         shown.add(id(node.target))
         lines += ["", f"with {format_target(node)} = {format_graph(body)}"]

@@ -19,30 +19,17 @@ from fxkit.graph.graph import Graph
 from fxkit.graph.graph_module import GraphModule
 from fxkit.graph.interpreter import Interpreter
 from fxkit.graph.node import map_aggregate
+from fxkit.graph.value import NodeValue
 from fxkit.runtime import tracing_hook
-from fxkit.runtime.tensor_methods import install_methods, install_operators
-from fxkit.runtime.tracing_hook import ProxyBase
 
 
-class Value(ProxyBase):
+class Value(NodeValue):
     """A node of the graph a `Transformer` builds, standing in for its value.
 
     Operators and op methods record new nodes (``v + 1`` adds a ``call[add]``).
     """
 
-    __slots__ = ("node", "tracer")
-    __hash__ = object.__hash__
-
-    def __init__(self, node, tracer):
-        self.node = node
-        self.tracer = tracer
-
-    def __repr__(self):
-        return f"Value({self.node!r})"
-
-
-install_operators(Value)
-install_methods(Value)
+    __slots__ = ()
 
 
 class Transformer(Interpreter):
@@ -70,6 +57,7 @@ class Transformer(Interpreter):
         return GraphModule(self.module, self.new_graph, class_name=type(self.module).__name__)
 
     def run_node(self, n):
+        """Run ``n``'s opcode method; the nodes it added get ``n``'s source line, its result ``n``'s meta."""
         graph = self.new_graph
         last = graph._root._prev
         self._current = n
@@ -91,17 +79,21 @@ class Transformer(Interpreter):
 
     # -- the four opcodes, building nodes ----------------------------------------------
     def placeholder(self, target, args, kwargs):
+        """A placeholder of the new graph (default kept)."""
         node = self.new_graph.create_node("placeholder", target, args, name=self._name_for(target))
         return Value(node, self)
 
     def get_attr(self, target, args, kwargs):
+        """A ``get_attr`` of the new graph, reading the same attribute."""
         return Value(self.new_graph.get_attr(target, name=self._name_for(target)), self)
 
     def call(self, target, args, kwargs):
+        """A ``call`` of ``target`` in the new graph (an override may pass another target)."""
         node = self.new_graph.call(target, _unwrap(args), _unwrap(kwargs), name=self._name_for(target))
         return Value(node, self)
 
     def output(self, target, args, kwargs):
+        """The new graph's output node."""
         self.new_graph.output(_unwrap(args[0]) if args else None)
 
     def record_op(self, op, args, kwargs):

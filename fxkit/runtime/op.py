@@ -14,7 +14,8 @@ Example:
 """
 import numpy as np
 
-from fxkit.errors import DeviceError, DTypeError, FxkitError, IndexOutOfRangeError, ShapeError
+from fxkit.errors import (DeviceError, DTypeError, FxkitError, IndexOutOfRangeError, ShapeError,
+                          ValueRangeError)
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime import tracing_hook
 from fxkit.runtime.autograd import grad_mode as _grad_mode
@@ -40,6 +41,9 @@ _find_proxy = tracing_hook.find_proxy
 _GRAD = _grad_mode.ENABLED
 _SCALARS = (int, float, bool)
 _FLOAT_CATEGORY = 2
+# What numpy/cupy (and plain Python inside an impl) raise on inputs an op cannot take:
+# `Op._explain` turns them into fxkit errors naming the op and its inputs.
+_LIBRARY_ERRORS = (ValueError, TypeError, IndexError, AttributeError, ArithmeticError)
 
 
 class Op:
@@ -63,7 +67,7 @@ class Op:
     """
 
     __slots__ = ("name", "kind", "impl", "shape_rule", "promote", "template", "method",
-                 "pure", "factory", "promote_from", "grad_rule", "_fast", "__wrapped__")
+                 "pure", "factory", "promote_from", "grad_rule", "operands", "_fast", "__wrapped__")
 
     def __init__(self, name, impl, *, kind, shape_rule=None, promote=None, template=None,
                  method=True, pure=True, factory=False, promote_from=0):
@@ -81,6 +85,8 @@ class Op:
         self.factory = factory
         self.promote_from = promote_from
         self._fast = not factory and promote_from == 0
+        # Elementwise ops take their tensor operands first, as the impl's parameters without defaults.
+        self.operands = _required_params(impl) if kind == "elementwise" else 0
         self.grad_rule = None
         self.__wrapped__ = impl
         if shape_rule is None and kind == "elementwise":
@@ -140,14 +146,15 @@ class Op:
         if tracked and _GRAD[0]:
             return _record(self, args, kwargs)
         mode = self.promote
-        if mode is not None and (not uniform or (scalars and first.kind != "f")
-                                 or (mode == "float" and first.kind != "f") or mode == "integer"):
-            raw = self._promote_inputs(raw)
         try:
+            if mode is not None and (not uniform or (scalars and first.kind != "f")
+                                     or (mode == "float" and first.kind != "f") or mode == "integer"):
+                raw = self._promote_inputs(raw)
             out = self.impl(device.xp, *raw)
-        except FxkitError:
+        except FxkitError as exc:
+            self._name_error(exc)
             raise
-        except (ValueError, TypeError, IndexError) as exc:
+        except _LIBRARY_ERRORS as exc:
             raise self._explain(exc, args, kwargs) from exc
         if type(out) is np.ndarray:
             return Tensor._make(out, device)
@@ -201,29 +208,40 @@ class Op:
                     if v._grad is not None:
                         tracked = True
                     kwargs[k] = v._data
-            if "dtype" in kwargs:
-                kwargs["dtype"] = _dt.as_dtype(kwargs["dtype"])
-            if self.factory:
-                spec = kwargs.pop("device", None)
-                if spec is not None:
-                    device = Device(spec)
+            try:
+                if "dtype" in kwargs:
+                    kwargs["dtype"] = _dt.as_dtype(kwargs["dtype"])
+                if self.factory:
+                    spec = kwargs.pop("device", None)
+                    if spec is not None:
+                        device = Device(spec)
+            except FxkitError as exc:
+                self._name_error(exc)
+                raise
+        if self.operands:
+            self._check_operands(raw)
         if tracked and _GRAD[0]:
             return _record(self, args, original_kwargs)
         if device is None:
             if not self.factory:
                 return self._run_on_scalars(raw, kwargs)
             device = cpu
-        if self.promote is not None:
-            if self.promote_from:
-                cut = self.promote_from
-                raw = raw[:cut] + self._promote_inputs(raw[cut:])
-            else:
-                raw = self._promote_inputs(raw)
         try:
+            if self.promote is not None:
+                first = raw[0] if raw else None
+                if self.promote_from:
+                    cut = self.promote_from
+                    raw = raw[:cut] + self._promote_inputs(raw[cut:])
+                else:
+                    raw = self._promote_inputs(raw)
+                if kwargs and raw and raw[0] is not first and kwargs.get("inplace"):
+                    raise DTypeError(f"{self.name}: inplace=True can't write a {raw[0].dtype} result into the "
+                                     f"{first.dtype} input; drop inplace=True or cast the input first")
             out = self.impl(device.xp, *raw, **kwargs)
-        except FxkitError:
+        except FxkitError as exc:
+            self._name_error(exc)
             raise
-        except (ValueError, TypeError, IndexError) as exc:
+        except _LIBRARY_ERRORS as exc:
             raise self._explain(exc, args, kwargs) from exc
         if type(out) is np.ndarray:
             return Tensor._make(out, device)
@@ -232,11 +250,15 @@ class Op:
     def _run_on_scalars(self, raw, kwargs):
         """An op given no tensor: shape arithmetic in a graph (``x.shape[0] * 2``) and
         picks from tuples (``getitem``) stay Python values; arrays still become tensors."""
+        if raw and (raw[0] is None or type(raw[0]) is str):
+            # An op that would hand its input back unchanged (``to``, eval-mode ``dropout``).
+            raise DTypeError(f"{self.name}: expected a tensor, got {type(raw[0]).__name__} {raw[0]!r:.40}")
         try:
             out = self.impl(np, *raw, **kwargs)
-        except FxkitError:
+        except FxkitError as exc:
+            self._name_error(exc)
             raise
-        except (ValueError, TypeError, IndexError) as exc:
+        except _LIBRARY_ERRORS as exc:
             raise self._explain(exc, raw, kwargs) from exc
         if isinstance(out, np.generic):
             return out.item()
@@ -323,11 +345,38 @@ class Op:
             f"move them with .to('{a}') or .to('{b}')"
         )
 
+    def _check_operands(self, raw):
+        """Refuse what is neither an array nor a number where an elementwise op takes an
+        operand: numpy would make an object or string array of it (``add(x, None)``)."""
+        for i, r in enumerate(raw[:self.operands]):
+            if type(r) not in _SCALARS and not hasattr(r, "dtype"):
+                raise DTypeError(f"{self.name}: argument {i + 1} must be a tensor or a Python number, "
+                                 f"got {type(r).__name__} {r!r:.40}")
+
+    def _name_error(self, exc):
+        """Prefix this op's name to an fxkit error raised without it (by a shared helper)."""
+        message = str(exc.args[0]) if exc.args else ""
+        if not message.startswith(self.name):
+            exc.args = (f"{self.name}: {message}", *exc.args[1:])
+
     def _explain(self, exc, args, kwargs):
         """Turn an array library's error into one that names this op and its inputs."""
         described = ", ".join(describe(a) for a in args)
-        kind = ShapeError if isinstance(exc, ValueError) else (
-            DTypeError if isinstance(exc, TypeError) else IndexOutOfRangeError)
+        if isinstance(exc, AttributeError):
+            obj = getattr(exc, "obj", None)
+            if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+                raise exc  # an array lacking an attribute: a bug in the impl, not the caller's
+            # A Python value reached the impl where an array goes (``fxkit.add(x, "a")``).
+            return DTypeError(f"{self.name}: expected a tensor, got {type(obj).__name__} {obj!r:.40} "
+                              f"(inputs: {described})")
+        if isinstance(exc, IndexError):  # numpy's AxisError is a ValueError and an IndexError
+            kind = IndexOutOfRangeError
+        elif isinstance(exc, TypeError):
+            kind = DTypeError
+        elif isinstance(exc, ArithmeticError):  # a division by zero, inf converted to an int
+            kind = ValueRangeError
+        else:
+            kind = ShapeError
         return kind(f"{self.name}: {exc} (inputs: {described})")
 
 
@@ -379,6 +428,14 @@ def _wrap(out, device):
     if isinstance(out, list):
         return [_wrap(o, device) for o in out]
     return out
+
+
+def _required_params(impl):
+    """How many parameters after ``xp`` the impl takes without a default."""
+    import inspect
+
+    return sum(1 for p in list(inspect.signature(impl).parameters.values())[1:]
+               if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def _op_by_name(name):

@@ -15,10 +15,10 @@ from bisect import bisect_left
 import numpy as np
 
 from fxkit.errors import FxkitError, TraceError, format_error
+from fxkit.graph.value import NodeValue
 from fxkit.runtime import tensor_methods
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
-from fxkit.runtime.tracing_hook import ProxyBase
 from fxkit.tracer.stack import user_location
 
 WAYS_OUT = ("pass the deciding input as a constant with symbolic_trace(model, concrete_args={'name': value}), "
@@ -52,8 +52,11 @@ def _current_instruction(frame):
     return listing[i] if i < len(listing) else None
 
 
-class Proxy(ProxyBase):
+class Proxy(NodeValue):
     """A traced value: the `Node` computing it and the `Tracer` recording it.
+
+    Operators and op methods come from `NodeValue`; this class adds what
+    tracing a user's code needs (shape queries, in-place rebinding, errors).
 
     Example:
         >>> def f(x):
@@ -61,12 +64,7 @@ class Proxy(ProxyBase):
         >>> print(fxkit.symbolic_trace(f).graph)
     """
 
-    __slots__ = ("node", "tracer")
-    __hash__ = object.__hash__
-
-    def __init__(self, node, tracer):
-        self.node = node
-        self.tracer = tracer
+    __slots__ = ()
 
     def __repr__(self):
         return f"Proxy({self.node.name})"
@@ -79,20 +77,25 @@ class Proxy(ProxyBase):
 
     @property
     def ndim(self):
+        """``x.ndim`` records ``call[dim](x)``."""
         return get_op("dim")(self)
 
     @property
     def dtype(self):
+        """``x.dtype`` records ``call[getattr](x, 'dtype')``."""
         return self.tracer.create_proxy("call", getattr, (self, "dtype"), {})
 
     @property
     def device(self):
+        """``x.device`` records ``call[getattr](x, 'device')``."""
         return self.tracer.create_proxy("call", getattr, (self, "device"), {})
 
     def cpu(self):
+        """``x.cpu()`` records ``call[to](x, 'cpu')``."""
         return get_op("to")(self, "cpu")
 
     def cuda(self, device=None):
+        """``x.cuda()`` records ``call[to](x, 'cuda')`` (``'cuda:N'`` for a device number)."""
         return get_op("to")(self, f"cuda:{device}" if isinstance(device, int) else (device or "cuda"))
 
     def __getattr__(self, name):
@@ -177,12 +180,15 @@ class Proxy(ProxyBase):
         self._concrete("index (a Python int for range, slicing a list, ...)")
 
     def item(self):
+        """Refused: a Python number needs the value (`TraceError` with the ways out)."""
         self._concrete("item")
 
     def tolist(self):
+        """Refused: a list needs the values (`TraceError` with the ways out)."""
         self._concrete("tolist")
 
     def numpy(self):
+        """Refused: an array needs the data (`TraceError` with the ways out)."""
         self._concrete("numpy")
 
     def __call__(self, *args, **kwargs):
@@ -210,7 +216,8 @@ class Proxy(ProxyBase):
 
 
 def _install():
-    tensor_methods.install_operators(Proxy)
+    # NOTE: the operator table and op methods are inherited from NodeValue; only the
+    # in-place operators differ (a proxy rebinds where a tensor writes).
     for dunder, name in tensor_methods.INPLACE_OPERATORS.items():
         op = get_op(name)
         spelling = f"x {_SYMBOLS[name]}= ..."
@@ -218,7 +225,6 @@ def _install():
         def method(self, other, _op=op, _spelling=spelling):
             return self._rebind(_op, (other,), {}, _spelling)
         setattr(Proxy, dunder, method)
-    tensor_methods.install_methods(Proxy)
 
 
 _install()

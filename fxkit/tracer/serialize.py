@@ -5,6 +5,10 @@ A saved GraphModule is a directory (or a ``.zip`` of the same files):
 - ``graph.json``: the nodes (name, opcode, target, args, kwargs, source line);
   targets are op names, submodule paths and dotted function names; constants
   are tagged JSON values (``{"$tuple": [...]}``, ``{"$dtype": "float32"}``, ...).
+  Call targets of a registered kind (`fxkit.graph.register_target_kind`; the
+  `FusedOp` of `fuse_elementwise`) are stored once each in a ``targets`` table
+  as their kind's name and data, body graphs as nested node lists, and nodes
+  refer to them as ``{"$target": index}``.
 - ``modules.json``: each called submodule as its class name and constructor
   arguments (``Module._init_kwargs()``), plus its training flag.
 - ``weights.npz``: every tensor (``arr_<i>`` for the i-th qualified name listed
@@ -13,34 +17,39 @@ A saved GraphModule is a directory (or a ``.zip`` of the same files):
 - ``code.py``: the generated forward, for people to read.
 
 Loading never unpickles and runs no code from the files: modules are built from
-fxkit's own classes (others only when passed in ``custom_objects``), and the
-forward is regenerated from ``graph.json``.
+fxkit's own classes (others only when passed in ``custom_objects``), call targets
+are ops, registered kinds rebuilt from data, functions marked by `fxkit.wrap`
+under their own names, or ``custom_objects``; the forward (and each fused body)
+is regenerated from ``graph.json``.
 
 Example:
     >>> fxkit.save(gm, "model.zip")
     >>> gm2 = fxkit.load("model.zip")
 """
-import importlib
 import io
 import json
 import math
 import os
+import sys
 import zipfile
 
 import numpy as np
 
 import fxkit.nn
 from fxkit.errors import GraphError
-from fxkit.graph import Graph, GraphModule, Node, SourceLocation
+from fxkit.graph import Graph, GraphModule, Node, SourceLocation, fetch_attr
+from fxkit.graph.call_targets import kind_of, target_kind
 from fxkit.runtime.device import Device
 from fxkit.runtime.dtypes import DType, from_name
 from fxkit.runtime.nn import Module, Parameter
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
+from fxkit.tracer.wrap import IMPURE_FLAG
 
 FORMAT = "fxkit.graph_module"
-VERSION = 1
+VERSION = 2
+_READABLE = (1, 2)  # version 1 had no table of call targets
 _FILES = ("graph.json", "modules.json", "weights.npz", "code.py")
 _SAFE_BUILTINS = {"builtins.getattr": getattr}
 
@@ -66,9 +75,9 @@ def save(gm, path):
             weights[node.target] = tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
             attrs[node.target] = {"parameter": isinstance(tensor, Parameter), "device": str(tensor.device)}
     encoder = _Encoder(weights)
+    nodes = encoder.graph(gm.graph)
     doc = {"format": FORMAT, "version": VERSION, "class_name": type(gm).__name__,
-           "training": gm.training, "attributes": attrs,
-           "nodes": [encoder.node(n) for n in gm.graph.nodes],
+           "training": gm.training, "attributes": attrs, "nodes": nodes, "targets": encoder.targets,
            # NOTE: qualified names may be any string; the npz holds arr_0, arr_1, ... in this order.
            "weights": list(weights)}
     buffer = io.BytesIO()
@@ -113,8 +122,8 @@ def load(path, custom_objects=None):
     """
     files = _read(os.fspath(path))
     doc = json.loads(files["graph.json"])
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise GraphError(f"load: {path} is not an fxkit GraphModule of version {VERSION} "
+    if doc.get("format") != FORMAT or doc.get("version") not in _READABLE:
+        raise GraphError(f"load: {path} is not an fxkit GraphModule of version {' or '.join(map(str, _READABLE))} "
                          f"(format {doc.get('format')!r}, version {doc.get('version')!r})")
     custom_objects = dict(custom_objects or {})
     try:
@@ -132,11 +141,9 @@ def load(path, custom_objects=None):
         if info["device"] != "cpu":
             tensor = tensor.to(info["device"])
         root[target] = Parameter(tensor) if info["parameter"] else tensor
-    decoder = _Decoder(weights, custom_objects)
-    graph = Graph()
-    for entry in doc["nodes"]:
-        decoder.node(graph, entry)
-    gm = GraphModule(root, graph, doc["class_name"])
+    decoder = _Decoder(weights, custom_objects, doc.get("targets", []))
+    gm = GraphModule(root, decoder.graph(doc["nodes"]), doc["class_name"])
+    gm.graph.lint()
     gm.train(doc["training"])
     for qualname, spec in specs.items():
         gm.get_submodule(qualname).train(spec["training"])
@@ -149,11 +156,10 @@ def _under(target, modules):
 
 
 def _attribute(gm, target):
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
+    value = fetch_attr(gm, target)
     if not isinstance(value, Tensor):
-        raise GraphError(f"save: get_attr target {target!r} is a {type(value).__name__}, not a tensor")
+        raise GraphError(f"save: get_attr target {target!r} is a {type(value).__name__}, not a tensor; the data-only "
+                         f"format stores tensors only: pass other values as constants in the reading node's args")
     return value
 
 
@@ -196,18 +202,31 @@ def _function_name(fn):
 def _resolve_function(name, custom_objects):
     fn = custom_objects.get(name) or _SAFE_BUILTINS.get(name)
     if fn is None and name.startswith("fxkit."):
-        module, _, qualname = name.rpartition(".")
-        while module and fn is None:
-            try:
-                fn = importlib.import_module(module)
-            except ImportError:
-                module, _, head = module.rpartition(".")
-                qualname = f"{head}.{qualname}"
-        for part in qualname.split("."):
-            fn = getattr(fn, part, None)
+        fn = _wrapped_fxkit_function(name)
     if not callable(fn):
-        raise GraphError(f"load: the graph calls function {name!r}, which is not fxkit's; pass "
-                         f"custom_objects={{{name!r}: the_function}} to allow it (loading imports no user code)")
+        raise GraphError(f"load: the graph calls function {name!r}, which is no function of fxkit wrapped with "
+                         f"fxkit.wrap; pass custom_objects={{{name!r}: the_function}} to allow it (loading imports "
+                         f"no user code)")
+    return fn
+
+
+def _wrapped_fxkit_function(name):
+    """The function of an imported fxkit module defined as ``name`` and marked by `fxkit.wrap`, or None.
+
+    NOTE: walking a dotted name from a module reaches whatever the module imported
+    (``fxkit.tracer.serialize.os.system``), and importing a module runs it; so only
+    modules already imported are searched, and only a wrapped function whose own
+    module and qualified name spell ``name`` is accepted.
+    """
+    module, _, qualname = name.rpartition(".")
+    while module and module not in sys.modules:
+        module, _, head = module.rpartition(".")
+        qualname = f"{head}.{qualname}"
+    fn = sys.modules.get(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part, None)
+    if fn is None or not hasattr(fn, IMPURE_FLAG) or _function_name(fn) != name:
+        return None
     return fn
 
 
@@ -226,11 +245,22 @@ def _read(path):
 
 # -- values as tagged JSON ----------------------------------------------------------------
 class _Encoder:
-    """Constants and node references as JSON; tensors inside args go to the weights."""
+    """Constants and node references as JSON; tensors inside args go to the weights,
+    call targets of registered kinds to the ``targets`` table."""
 
     def __init__(self, weights):
         self.weights = weights
+        self.targets = []
+        self._target_index = {}  # id(target) -> its row in `targets`
         self.node_name = None
+
+    def graph(self, graph):
+        """The JSON entries of ``graph``'s nodes (the saved graph, or a call target's body)."""
+        outer = self.node_name
+        try:
+            return [self.node(n) for n in graph.nodes]
+        finally:
+            self.node_name = outer
 
     def node(self, node):
         self.node_name = node.name
@@ -248,7 +278,19 @@ class _Encoder:
             return target
         if isinstance(target, Op):
             return {"$op": target.name}
-        return {"$function": _function_name(target)}
+        return self.callable(target)
+
+    def callable(self, fn):
+        """A registered kind of call target as its row in the targets table; a function by name."""
+        kind = kind_of(fn)
+        if kind is None:
+            return {"$function": _function_name(fn)}
+        index = self._target_index.get(id(fn))
+        if index is None:
+            index = self._target_index[id(fn)] = len(self.targets)
+            self.targets.append(None)  # NOTE: the row is taken first: the data may hold targets of its own
+            self.targets[index] = {"kind": kind.name, "data": fn.to_data(self.graph)}
+        return {"$target": index}
 
     def value(self, v):
         t = type(v)
@@ -282,18 +324,39 @@ class _Encoder:
             key = f"__constant__.{self.node_name}.{len(self.weights)}"
             self.weights[key] = v.cpu().numpy()
             return {"$tensor": key}
-        if callable(v) and hasattr(v, "__qualname__"):
-            return {"$function": _function_name(v)}
+        if callable(v) and (hasattr(v, "__qualname__") or kind_of(v) is not None):
+            return self.callable(v)
         raise GraphError(f"save: node %{self.node_name} holds a {t.__name__} constant ({v!r:.60}), which the "
                          f"data-only format cannot store; keep tensors as attributes (get_attr) and use "
                          f"Python scalars, strings, tuples, lists, dicts, dtypes or devices as constants")
 
 
 class _Decoder:
-    def __init__(self, weights, custom_objects):
+    """Graphs back from JSON entries; call targets from the targets table, each built once."""
+
+    def __init__(self, weights, custom_objects, targets):
         self.weights = weights
         self.custom_objects = custom_objects
+        self.targets = targets
+        self._built = {}  # row -> the rebuilt call target (None while it is being built)
         self.env = {}
+
+    def graph(self, entries):
+        """A `Graph` from its nodes' entries (the saved graph, or a call target's body)."""
+        outer, self.env = self.env, {}
+        graph = Graph()
+        try:
+            for entry in entries:
+                self.node(graph, entry)
+        finally:
+            self.env = outer
+        return graph
+
+    def body(self, entries):
+        """A call target's body graph, checked like any graph (the ``load_graph`` of ``from_data``)."""
+        graph = self.graph(entries)
+        graph.lint()
+        return graph
 
     def node(self, graph, entry):
         op, name = entry["op"], entry["name"]
@@ -304,6 +367,9 @@ class _Decoder:
             node = graph.create_node(op, self.target(entry["target"]), args, kwargs, name=name)
         if node.name != name:
             raise GraphError(f"load: node {name!r} came back as {node.name!r}; the file is corrupt")
+        if node.target is getattr and not (len(args) == 2 and type(args[1]) is str and not args[1].startswith("_")):
+            raise GraphError(f"load: node %{name} reads the attribute {args[1:]!r}; traced graphs read only public "
+                             f"attributes (dtype, device, fields of results), so fxkit.save did not write this file")
         node.meta.update({k: self.value(v) for k, v in entry["meta"].items()})
         self.env[name] = node
 
@@ -312,7 +378,24 @@ class _Decoder:
             return target
         if "$op" in target:
             return get_op(target["$op"])
+        if "$target" in target:
+            return self.call_target(target["$target"])
         return _resolve_function(target["$function"], self.custom_objects)
+
+    def call_target(self, row):
+        """The call target of row ``row`` of the targets table, rebuilt by its registered kind."""
+        if row in self._built:
+            if self._built[row] is None:
+                raise GraphError(f"load: call target #{row} of graph.json contains itself; the file is corrupt")
+            return self._built[row]
+        if type(row) is not int or not 0 <= row < len(self.targets):
+            raise GraphError(f"load: graph.json refers to call target #{row!r}, which its targets table "
+                             f"({len(self.targets)} rows) lacks; the file is corrupt")
+        entry = self.targets[row]
+        kind = target_kind(entry["kind"])
+        self._built[row] = None
+        self._built[row] = kind.cls.from_data(entry["data"], self.body)
+        return self._built[row]
 
     def value(self, v):
         if isinstance(v, list):
@@ -321,7 +404,10 @@ class _Decoder:
             return v
         (tag, body), = v.items()
         if tag == "$node":
-            return self.env[body]
+            node = self.env.get(body)
+            if node is None:
+                raise GraphError(f"load: graph.json reads %{body} where no such node is defined yet; the file is corrupt")
+            return node
         if tag == "$tuple":
             return tuple(self.value(x) for x in body)
         if tag == "$location":
@@ -348,4 +434,6 @@ class _Decoder:
             return Tensor(self.weights[body])
         if tag == "$function":
             return _resolve_function(body, self.custom_objects)
+        if tag == "$target":
+            return self.call_target(body)
         raise GraphError(f"load: unknown value tag {tag!r} in graph.json")

@@ -22,6 +22,8 @@ from fxkit.transforms.subgraph_matcher import Match, SubgraphMatcher
 from fxkit.transforms.split_module import split_module
 from fxkit.transforms.split_pipeline import StageStats, split_pipeline
 from fxkit.transforms.stage_chain import StageChain
+from fxkit.transforms.grad import grad
+from fxkit.transforms import quantize  # noqa: E402  (fxkit.transforms.quantize: prepare, calibrate, convert)
 
 __all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
            "ShapeProp", "Sym", "infer_shapes", "Cost", "estimate_cost",
@@ -29,4 +31,4 @@ __all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
            "FusedOp", "Match",
            "RemoveDropout", "SubgraphMatcher", "eliminate_common_subexpressions", "eliminate_dead_code",
            "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern",
-           "StageChain", "StageStats", "split_module", "split_pipeline"]
+           "StageChain", "StageStats", "split_module", "split_pipeline", "grad"]

@@ -31,7 +31,7 @@ import copy
 import heapq
 
 from fxkit.errors import GraphError
-from fxkit.graph import Graph
+from fxkit.graph import Graph, fetch_attr
 from fxkit.runtime.dtypes import DType
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
@@ -190,7 +190,7 @@ def _computes_tensor(gm, node, tensors):
         return True
     if node.op == "get_attr":
         try:
-            return isinstance(_fetch(gm, node.target), Tensor)
+            return isinstance(fetch_attr(gm, node.target), Tensor)
         except AttributeError:
             return False
     if node.op != "call":
@@ -205,13 +205,6 @@ def _computes_tensor(gm, node, tensors):
     if target.kind in ("elementwise", "view"):
         return any(tensors.get(used, False) for used in node.all_input_nodes)
     return True
-
-
-def _fetch(module, qualname):
-    value = module
-    for part in qualname.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _first_free_index(nodes):

@@ -23,9 +23,11 @@ TorchScript's FusionGroup::
         %mul_1 = call[mul](%mul, %mul)
         return %mul_1
 """
+from fxkit.codegen.namespace import is_plain_identifier
 from fxkit.codegen.python import generate_forward
 from fxkit.errors import GraphError
-from fxkit.graph import Interpreter, map_arg
+from fxkit.graph import Interpreter, map_arg, register_target_kind
+from fxkit.runtime.op import Op
 from fxkit.runtime import tracing_hook
 from fxkit.transforms.shape_prop import record_meta
 
@@ -109,13 +111,37 @@ class FusedOp:
             record_meta(node, env[node])
         raise GraphError(f"{self.name}: the body has no output node")
 
-    # -- plain data: copies and pickles carry the name and the body only -----------------
+    # -- plain data: copies, pickles and saved files carry the name and the body only -----
     def __getstate__(self):
         return {"name": self.name, "graph": self.graph}
 
     def __setstate__(self, state):
         self.__init__(state["name"], state["graph"])
 
+    def to_data(self, save_graph):
+        """The fused op as JSON data for `fxkit.save`: its name and its body's nodes."""
+        return {"name": self.name, "graph": save_graph(self.graph)}
+
+    @classmethod
+    def from_data(cls, data, load_graph):
+        """The fused op `to_data` described, for `fxkit.load`.
+
+        Raises:
+            GraphError: the name is no identifier, or the body calls anything but registry ops.
+        """
+        name = data.get("name")
+        if type(name) is not str or not is_plain_identifier(name):
+            raise GraphError(f"load: a fused op is named {name!r}, which is no identifier; the file is corrupt")
+        body = load_graph(data["graph"])
+        for node in body.nodes:
+            if node.op == "get_attr" or (node.op == "call" and not isinstance(node.target, Op)):
+                raise GraphError(f"load: the body of fused op {name} holds {node.format_node()}; a fused body "
+                                 f"calls registry ops only, so the file is corrupt")
+        return cls(name, body)
+
     def __repr__(self):
         ops = [n.target.name for n in self.graph.nodes if n.op == "call"]
         return f"FusedOp({self.name}: {', '.join(ops)})"
+
+
+register_target_kind("fused_op", FusedOp)

@@ -1,10 +1,12 @@
 """`replace_pattern`: rewrite every occurrence of a pattern with a replacement."""
 from fxkit.errors import GraphError
+from fxkit.graph.attributes import fetch_attr
 from fxkit.graph.graph_module import GraphModule
 from fxkit.graph.node import Node, map_arg
 from fxkit.runtime.nn.module import Module
 from fxkit.runtime.nn.parameter import Parameter
 from fxkit.runtime.tensor import Tensor
+from fxkit.tracer import symbolic_trace
 from fxkit.transforms.subgraph_matcher import SubgraphMatcher, flatten_output
 
 
@@ -136,9 +138,6 @@ def _as_module(replacement):
     if isinstance(replacement, GraphModule):
         return replacement
     if callable(replacement):
-        # NOTE: imported here because the tracer sits above the graph layer.
-        from fxkit.tracer import symbolic_trace
-
         return symbolic_trace(replacement)
     raise GraphError(f"replace_pattern: the replacement must be a function or a GraphModule, "
                      f"got {type(replacement).__name__}")
@@ -147,9 +146,9 @@ def _as_module(replacement):
 def _install(gm, replacement_gm, node):
     """The path in ``gm`` holding what ``node`` reads from the replacement module; copied in when missing."""
     path = node.target
-    value = replacement_gm.get_submodule(path) if node.op == "call" else _fetch(replacement_gm, path)
+    value = replacement_gm.get_submodule(path) if node.op == "call" else fetch_attr(replacement_gm, path)
     try:
-        existing = gm.get_submodule(path) if node.op == "call" else _fetch(gm, path)
+        existing = gm.get_submodule(path) if node.op == "call" else fetch_attr(gm, path)
     except AttributeError:
         existing = None
     if existing is value:
@@ -168,9 +167,3 @@ def _install(gm, replacement_gm, node):
         else:
             setattr(gm, path, value)
     return path
-
-
-def _fetch(module, path):
-    for part in path.split("."):
-        module = getattr(module, part)
-    return module

@@ -27,7 +27,7 @@ Example::
 import copy
 
 from fxkit.errors import GraphError
-from fxkit.graph import Graph, GraphModule, map_arg
+from fxkit.graph import Graph, GraphModule, fetch_attr, map_arg
 from fxkit.runtime.registry import get_op
 
 _GETITEM = get_op("getitem")
@@ -84,7 +84,7 @@ def split_module(gm, partition_fn, prefix="submod_"):
     root = dict(children)
     for node in gm.graph.nodes:
         if node.op == "get_attr" and plan.owner[node] is None:
-            root[node.target] = _fetch(gm, node.target)
+            root[node.target] = fetch_attr(gm, node.target)
     parent = GraphModule(root, parent_graph, f"{type(gm).__name__}Split")
     parent.training = gm.training
     return parent
@@ -202,10 +202,3 @@ def _check_parameters_once(children):
                     f"split_module: {qualname!r} would be owned by both {first[0]} and {name}: a submodule with "
                     f"parameters or buffers is called from two partitions; put all calls of that module in one "
                     f"partition (or read its weights with get_attr, which is passed between partitions)")
-
-
-def _fetch(module, qualname):
-    value = module
-    for part in qualname.split("."):
-        value = getattr(value, part)
-    return value

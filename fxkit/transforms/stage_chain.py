@@ -18,7 +18,7 @@ Example::
 import dataclasses
 
 from fxkit.errors import GraphError
-from fxkit.graph import map_arg
+from fxkit.graph import fetch_attr, map_arg
 
 
 @dataclasses.dataclass
@@ -41,10 +41,12 @@ class ChainStage:
 
     @property
     def input_names(self):
+        """The names of the values the stage receives."""
         return [n.name for n in self.inputs]
 
     @property
     def output_names(self):
+        """The names of the values the stage sends on."""
         return [n.name for n in self.outputs]
 
 
@@ -120,7 +122,7 @@ class StageChain:
             args = map_arg(node.args, env.__getitem__)
             kwargs = map_arg(node.kwargs, env.__getitem__)
             if node.op == "get_attr":
-                env[node] = _fetch(self.parent, node.target)
+                env[node] = fetch_attr(self.parent, node.target)
             elif type(node.target) is str:
                 env[node] = stage.module(*args, **kwargs)
             else:
@@ -131,10 +133,3 @@ class StageChain:
         """The parent's output from the values the last stage sends."""
         env = dict(zip(self.stages[-1].outputs, values))
         return map_arg(self._output.args[0], env.__getitem__) if self._output.args else None
-
-
-def _fetch(module, qualname):
-    value = module
-    for part in qualname.split("."):
-        value = getattr(value, part)
-    return value

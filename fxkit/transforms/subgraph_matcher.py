@@ -19,6 +19,7 @@ from fxkit.errors import GraphError
 from fxkit.graph.graph import Graph
 from fxkit.graph.graph_module import GraphModule
 from fxkit.graph.node import Node, map_aggregate
+from fxkit.tracer import symbolic_trace
 
 
 @dataclass
@@ -147,9 +148,6 @@ def pattern_graph(pattern):
     if isinstance(pattern, GraphModule):
         return pattern.graph
     if callable(pattern):
-        # NOTE: imported here because the tracer sits above the graph layer this file builds on.
-        from fxkit.tracer import symbolic_trace
-
         return symbolic_trace(pattern).graph
     raise GraphError(f"a pattern must be a Graph, a GraphModule or a function, got {type(pattern).__name__}")
 

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 import fxkit
 from fxkit import nn, ops
+from fxkit.codegen.numba_kernel import PARALLEL_MIN
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.transforms.fused_op import FusedOp
 from tests.transforms.model_paths import ZOO_SHAPES, assert_close, zoo_model, zoo_params
@@ -70,7 +71,7 @@ def test_a_new_shape_compiles_once_then_hits_the_cache(rng):
 
 
 def test_the_seed_chain_is_one_kernel_in_both_size_classes(rng):
-    for n in (5, 1_000_000):  # serial, and parallel over the thread pool
+    for n in (5, PARALLEL_MIN):  # serial, and parallel over the thread pool
         x = fxkit.from_numpy((rng.random(n) * 0.02 + 0.99).astype(np.float32))
         compiled = fxkit.compile(chain, backend="numba", example_inputs=[x])
         assert called_ops(compiled) == ["fused_0"]
@@ -112,6 +113,35 @@ def test_layer_norm_and_the_gelu_tail_are_one_kernel_each(rng):
     v = v @ w["1.weight"].T + w["1.bias"]
     v = 0.5 * v * (1 + np.vectorize(math.erf)(v / np.sqrt(2)))
     np.testing.assert_allclose(got.numpy(), v @ w["3.weight"].T + w["3.bias"], rtol=1e-4, atol=1e-5)
+
+
+def test_row_groups_leave_shared_producers_and_impure_neighbours_alone(rng):
+    def f(x):
+        y = x + 1.0
+        s = ops.softmax(y, dim=-1)
+        y[0] = 0.0  # setitem: impure, and a second user of y
+        return s * 2.0, y
+
+    x = randn(rng, 3, 7)
+    compiled = fxkit.compile(f, backend="numba")
+    got = compiled(x)
+    assert fused_bodies(compiled) == [["softmax"]]
+    assert called_ops(compiled) == ["add", "fused_0", "setitem", "mul"]
+    expected = f(fxkit.from_numpy(x.numpy().copy()))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)
+
+
+def test_splitting_the_bias_off_linear_keeps_results_bit_identical(rng):
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh()).eval()
+    x = randn(rng, 5, 16)
+    compiled = fxkit.compile(model, backend="numba")
+    got = compiled(x)
+    assert fused_bodies(compiled) == [["add", "tanh"]]
+    w, b = model[0].weight.numpy(), model[0].bias.numpy()
+    product = x.numpy() @ w.T
+    product += b
+    np.testing.assert_allclose(got.numpy(), np.tanh(product.astype(np.float64)), rtol=1e-6, atol=1e-7)
 
 
 def test_the_lstm_cell_tail_is_at_most_two_kernels(rng):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fxkit
+import fxkit.backends  # noqa: F401  (registers the numba integer engine)
 from fxkit.runtime.ops.quantized_ops import use_quantized_engine
 from fxkit.transforms.quantize import (HistogramObserver, QConfig, calibrate, convert, default_qconfig, prepare,
                                        per_channel_qconfig)
@@ -56,8 +57,6 @@ def test_digits_net_ptq_is_within_one_point(digits, digits_net, qconfig):
     int8 = digits.accuracy(quantized, IMAGE)
     assert abs(int8 - fp32) <= 1.0, f"fp32 {fp32:.2f}% vs int8 {int8:.2f}%"
     with use_quantized_engine("numba"):
-        import fxkit.backends  # noqa: F401  (the engine's registration)
-
         same = digits.accuracy(quantized, IMAGE)
     assert same == int8
 

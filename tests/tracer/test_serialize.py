@@ -2,6 +2,8 @@
 import json
 import pickle
 import re
+import sys
+import types
 import zipfile
 
 import numpy as np
@@ -9,7 +11,9 @@ import pytest
 
 import fxkit
 from fxkit import nn
+from fxkit.transforms import FusedOp, fuse_elementwise, infer_shapes
 from tests.tracer.paths import assert_same
+from tests.transforms.model_paths import zoo_model, zoo_params
 
 
 def randn(rng, *shape):
@@ -169,3 +173,131 @@ def test_tensor_constants_in_args_round_trip(rng, tmp_path):
     fxkit.save(gm, tmp_path / "m")
     x = randn(rng, 3)
     assert_same(fxkit.load(tmp_path / "m")(x), x + table)
+
+
+# -- fused graphs: FusedOp call targets stored as data ------------------------------------------------
+def _fused_ops(gm):
+    return list({id(n.target): n.target for n in gm.graph.nodes if isinstance(n.target, FusedOp)}.values())
+
+
+@pytest.mark.parametrize("name", zoo_params())
+def test_fused_zoo_models_round_trip(tmp_path, name):
+    model, inputs = zoo_model(name)
+    gm = fuse_elementwise(fxkit.symbolic_trace(model))
+    fxkit.save(gm, tmp_path / "fused.zip")
+    loaded = fxkit.load(tmp_path / "fused.zip")
+    assert str(loaded.graph) == str(gm.graph)   # bodies print nested under the graph: they came back
+    assert loaded.code == gm.code
+    assert [f.name for f in _fused_ops(loaded)] == [f.name for f in _fused_ops(gm)]
+    assert_same(loaded(*inputs), model(*inputs))
+
+
+def test_fused_bodies_keep_meta_and_load_without_unpickling(tmp_path, monkeypatch):
+    model, inputs = zoo_model("lstm_cell")
+    gm = fuse_elementwise(infer_shapes(fxkit.symbolic_trace(model), *inputs))
+    fxkit.save(gm, tmp_path / "m")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("load unpickled something")
+
+    for name in ("loads", "load", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    loaded = fxkit.load(tmp_path / "m")
+    assert "f32[2, 256]" in str(loaded.graph) and str(loaded.graph) == str(gm.graph)
+    (before,), (after,) = _fused_ops(gm), _fused_ops(loaded)
+    for old, new in zip(before.graph.nodes, after.graph.nodes):
+        assert (new.name, new.stack, new.meta.get("shape")) == (old.name, old.stack, old.meta.get("shape"))
+    assert_same(loaded(*inputs), model(*inputs))
+
+
+def test_a_fused_op_called_twice_is_stored_and_rebuilt_once(rng, tmp_path):
+    def square_then_add_one(x):
+        return (x * x + 1).tanh()
+
+    fused = _fused_ops(fuse_elementwise(fxkit.symbolic_trace(square_then_add_one)))[0]
+    graph = fxkit.Graph()
+    x = graph.placeholder("x")
+    first = graph.call(fused, (x,))
+    graph.output(graph.call(fused, (graph.call(fxkit.ops.neg, (first,)),)))
+    gm = fxkit.GraphModule(nn.Module(), graph)
+    fxkit.save(gm, tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "graph.json").read_text())
+    assert [row["kind"] for row in doc["targets"]] == ["fused_op"]
+    loaded = fxkit.load(tmp_path / "m")
+    (rebuilt,) = _fused_ops(loaded)
+    assert [n.target for n in loaded.graph.nodes if n.op == "call"] == [rebuilt, fxkit.ops.neg, rebuilt]
+    x = randn(rng, 4, 3)
+    assert_same(loaded(x), square_then_add_one(-square_then_add_one(x)))
+
+
+def _saved_lstm(tmp_path):
+    gm = fuse_elementwise(fxkit.symbolic_trace(zoo_model("lstm_cell")[0]))
+    fxkit.save(gm, tmp_path / "m")
+    return json.loads((tmp_path / "m" / "graph.json").read_text())
+
+
+def _write(tmp_path, doc):
+    (tmp_path / "m" / "graph.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda row: row.update(kind="no_such_kind"), r"unknown call-target kind 'no_such_kind' \(registered: .*fused_op"),
+    (lambda row: row["data"].update(name="fused_0; import os"), r"a fused op is named 'fused_0; import os'"),
+    (lambda row: row["data"]["graph"][5].update(target="linear"),
+     r"the body of fused op fused_0 holds %sigmoid = call\[self.linear\]\(%getitem\); a fused body calls registry"),
+    (lambda row: row["data"]["graph"].pop(0), r"reads %getitem where no such node is defined yet"),
+])
+def test_corrupt_fused_ops_are_refused(tmp_path, corrupt, message):
+    doc = _saved_lstm(tmp_path)
+    corrupt(doc["targets"][0])
+    _write(tmp_path, doc)
+    with pytest.raises(fxkit.GraphError, match=message):
+        fxkit.load(tmp_path / "m")
+
+
+def test_a_node_of_a_missing_target_row_is_refused(tmp_path):
+    doc = _saved_lstm(tmp_path)
+    doc["targets"] = []
+    _write(tmp_path, doc)
+    with pytest.raises(fxkit.GraphError, match=r"refers to call target #0, which its targets table \(0 rows\) lacks"):
+        fxkit.load(tmp_path / "m")
+
+
+# -- what a crafted graph.json cannot reach -----------------------------------------------------------
+@pytest.mark.parametrize("name", ["fxkit.tracer.serialize.os.system", "fxkit.tracer.serialize.save",
+                                  "fxkit.cli.__main__.main"])
+def test_functions_are_not_reached_through_fxkit_modules(tmp_path, name):
+    gm = fxkit.symbolic_trace(lambda x: x.relu())
+    fxkit.save(gm, tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "graph.json").read_text())
+    next(n for n in doc["nodes"] if n["name"] == "relu")["target"] = {"$function": name}
+    _write(tmp_path, doc)
+    with pytest.raises(fxkit.GraphError, match=re.escape(f"calls function {name!r}, which is no function of fxkit "
+                                                         f"wrapped with fxkit.wrap")):
+        fxkit.load(tmp_path / "m")
+
+
+def test_wrapped_functions_of_fxkit_modules_resolve_by_their_own_name(rng, tmp_path, monkeypatch):
+    module = types.ModuleType("fxkit._wrapped_for_test")
+
+    def double(x):
+        return x * 2
+
+    double.__module__, double.__qualname__ = module.__name__, "double"
+    module.double = fxkit.wrap(double)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    gm = fxkit.symbolic_trace(lambda x: module.double(x) + 1)
+    fxkit.save(gm, tmp_path / "m")
+    x = randn(rng, 3)
+    assert_same(fxkit.load(tmp_path / "m")(x), x * 2 + 1)
+
+
+def test_private_attributes_are_not_read(tmp_path):
+    gm = fxkit.symbolic_trace(lambda x: x.to(x.dtype))
+    fxkit.save(gm, tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "graph.json").read_text())
+    node = next(n for n in doc["nodes"] if n["target"] == {"$function": "builtins.getattr"})
+    node["args"]["$tuple"][1] = "__class__"
+    _write(tmp_path, doc)
+    with pytest.raises(fxkit.GraphError, match=r"reads the attribute \('__class__',\); traced graphs read only public"):
+        fxkit.load(tmp_path / "m")

@@ -61,6 +61,11 @@ def test_every_matmul_and_conv_op_has_a_rule_and_every_kind_a_default():
      2 * 2 * 4 * 8 * 8 * 8 * 3 * 3),  # as many multiply-adds as the forward convolution
     (lambda x, w: fxkit.ops.conv2d(x, w, groups=4), [(2, 8, 10, 10), (8, 2, 3, 3)], 2 * 2 * 8 * 8 * 8 * 2 * 3 * 3),
     (lambda x: fxkit.ops.max_pool2d(x, 2), [(2, 3, 8, 8)], 2 * 3 * 4 * 4 * 4),
+    # integer kernels: the multiply-adds of their float counterparts
+    (lambda x, w: fxkit.ops.quantized_linear(x, w, None, 0, 0, 1 << 30, 31, 0),
+     [((8, 64), fxkit.int8), ((32, 64), fxkit.int8)], 2 * 8 * 32 * 64),
+    (lambda x, w: fxkit.ops.quantized_conv2d(x, w, None, 0, 0, 1 << 30, 31, 0, stride=2, padding=1),
+     [((2, 8, 16, 16), fxkit.int8), ((4, 8, 3, 3), fxkit.int8)], 2 * 2 * 4 * 8 * 8 * 8 * 3 * 3),
     (lambda x: x.relu() + 1, [(6, 5)], 30 + 30),
     (lambda x: x.sum(1), [(6, 5)], 30),
     (lambda x: x.view(30).t(), [(6, 5)], 0),

@@ -63,7 +63,7 @@ def _ties(g, a, out, dim, keepdim):
 def _extremum_rule(name):
     @defgrad(name, saves=("a", "dim", "other"), out=True)
     def rule(ctx, g, a, dim=None, keepdim=False, *, other=None):
-        if other is not None or isinstance(dim, Tensor):
+        if other is not None or hasattr(dim, "shape"):
             b = dim if other is None else other
             wins = (a > b) if name == "max" else (a < b)
             share = (a == b).to(g.dtype) * 0.5 + wins.to(g.dtype)

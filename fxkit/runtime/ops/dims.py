@@ -1,11 +1,14 @@
 """Dimension arguments shared by reductions, shape ops and their shape rules."""
 import numbers
+import operator
 
 from fxkit.errors import DTypeError, IndexOutOfRangeError
 
 
 def normalize_dim(dim, ndim, op_name):
     """A possibly negative ``dim`` as an index in ``range(ndim)``; 0-d tensors accept 0 and -1."""
+    if type(dim) is not int:
+        dim = int_arg(dim, op_name, "dim")
     bound = max(ndim, 1)
     if not -bound <= dim < bound:
         raise IndexOutOfRangeError(
@@ -13,6 +16,15 @@ def normalize_dim(dim, ndim, op_name):
             f"[{-bound}, {bound - 1}], but got {dim})"
         )
     return dim % bound if ndim else 0
+
+
+def int_arg(value, op_name, what):
+    """``value`` as an int (numpy integers and one-element int tensors too); floats, strings
+    and None are refused, never truncated."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise DTypeError(f"{op_name}: {what} must be an int, got {type(value).__name__} {value!r}") from None
 
 
 def normalize_dims(dim, ndim, op_name):

@@ -4,7 +4,7 @@ Inputs arrive already cast to the op's PyTorch result dtype (see ``Op`` in
 ``fxkit/runtime/op.py``); Python numbers stay Python numbers, which numpy
 treats as weak, so ``float32_array * 2.5`` stays float32.
 """
-from fxkit.errors import DTypeError, ShapeError
+from fxkit.errors import DTypeError, ShapeError, ValueRangeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
@@ -92,6 +92,12 @@ def _bool_error(name):
     return DTypeError(f"{name}: not supported for bool tensors; cast them with .int() or .float() first")
 
 
+def _check_int_divisor(xp, name, b):
+    """numpy answers an integer division by zero with 0 and a warning; PyTorch raises."""
+    if not xp.all(b):
+        raise ValueRangeError(f"{name}: integer division by zero; cast to float for inf/nan results")
+
+
 @op("div", kind="elementwise", promote="common", template=_div_template, shape_rule=_div_rule)
 def div(xp, a, b, rounding_mode=None):
     """``a / b``.
@@ -107,6 +113,8 @@ def div(xp, a, b, rounding_mode=None):
             return xp.true_divide(a, b)
         return xp.true_divide(a, b, dtype=_dt.default_float.np)
     _check_rounding(rounding_mode, kind == "b")
+    if kind in ("i", "u"):
+        _check_int_divisor(xp, "div", b)
     if rounding_mode == "floor":
         return xp.floor_divide(a, b)
     if kind == "f" or kind is None:
@@ -121,16 +129,22 @@ def div(xp, a, b, rounding_mode=None):
 @op("floor_divide", kind="elementwise", promote="common", template="floor_divide(a, b)")
 def floor_divide(xp, a, b):
     """``a // b``, rounded toward -inf (``div(a, b, rounding_mode='floor')``)."""
-    if _kind(a, b) == "b":
+    kind = _kind(a, b)
+    if kind == "b":
         raise _bool_error("floor_divide")
+    if kind in ("i", "u"):
+        _check_int_divisor(xp, "floor_divide", b)
     return xp.floor_divide(a, b)
 
 
 @op("remainder", kind="elementwise", promote="common", template="remainder(a, b)")
 def remainder(xp, a, b):
     """Python's modulus ``a - floor(a / b) * b``: the result has the sign of ``b``."""
-    if _kind(a, b) == "b":
+    kind = _kind(a, b)
+    if kind == "b":
         raise _bool_error("remainder")
+    if kind in ("i", "u"):
+        _check_int_divisor(xp, "remainder", b)
     return xp.remainder(a, b)
 
 

@@ -46,7 +46,11 @@ def _in_place_steps(impl):
         wide = a.reshape(a.shape or (1,))
         if a.itemsize < 4:
             wide = wide.astype(np.float32)
-        return impl(xp, wide, *args, **kwargs).astype(a.dtype, copy=False).reshape(a.shape)
+        out = impl(xp, wide, *args, **kwargs).astype(a.dtype, copy=False).reshape(a.shape)
+        if kwargs.get("inplace"):  # ``wide`` was a float32 copy of a half input
+            a[...] = out
+            return a
+        return out
 
     return run
 

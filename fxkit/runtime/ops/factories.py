@@ -106,6 +106,9 @@ def _arange_bounds(start, end, step):
         start, end = 0, start
     if step == 0:
         raise ValueError("arange: step must be nonzero")
+    if all(isinstance(v, numbers.Real) for v in (start, end, step)) and (end - start) * step < 0:
+        raise ShapeError(f"arange: upper bound and lower bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
     return start, end, step
 
 
@@ -131,25 +134,27 @@ def arange(xp, start, end=None, step=1, dtype=None, requires_grad=False):
                            ).astype(out_dtype.np), requires_grad)
 
 
+def _random_floats(xp, name, size, dtype, sample):
+    """``sample`` ("random" or "standard_normal") draws of ``dtype``, drawn in float32
+    (float64 for float64) without a float64 detour; integer dtypes are refused like PyTorch."""
+    if not dtype.is_floating_point:
+        raise DTypeError(f"{name}: dtype must be floating point, got {dtype.name}")
+    draw = getattr(generator(xp), sample)
+    return draw(size, dtype=np.float32 if dtype.itemsize <= 4 else np.float64).astype(dtype.np, copy=False)
+
+
 @op("rand", kind="random", factory=True, method=False, pure=False, shape_rule=_factory_rule("rand"))
 def rand(xp, *size, dtype=None, requires_grad=False):
     """Uniform samples in [0, 1)."""
-    dtype = dtype or _dt.default_float
-    if not dtype.is_floating_point:
-        raise DTypeError(f"rand: dtype must be floating point, got {dtype.name}")
-    return _leaf(generator(xp).random(size_args(size, "rand"), dtype=np.float32 if dtype.itemsize <= 4 else np.float64
-                                      ).astype(dtype.np, copy=False), requires_grad)
+    return _leaf(_random_floats(xp, "rand", size_args(size, "rand"), dtype or _dt.default_float, "random"),
+                 requires_grad)
 
 
 @op("randn", kind="random", factory=True, method=False, pure=False, shape_rule=_factory_rule("randn"))
 def randn(xp, *size, dtype=None, requires_grad=False):
     """Standard normal samples."""
-    dtype = dtype or _dt.default_float
-    if not dtype.is_floating_point:
-        raise DTypeError(f"randn: dtype must be floating point, got {dtype.name}")
-    return _leaf(generator(xp).standard_normal(size_args(size, "randn"),
-                                               dtype=np.float32 if dtype.itemsize <= 4 else np.float64
-                                               ).astype(dtype.np, copy=False), requires_grad)
+    return _leaf(_random_floats(xp, "randn", size_args(size, "randn"), dtype or _dt.default_float,
+                                "standard_normal"), requires_grad)
 
 
 def _like_rule(a, *args, dtype=None, device=None, requires_grad=False, **kw):
@@ -169,8 +174,10 @@ zeros_like = _make_like("zeros_like", lambda xp, s, dtype: xp.zeros(s, dtype=dty
 ones_like = _make_like("ones_like", lambda xp, s, dtype: xp.ones(s, dtype=dtype))
 empty_like = _make_like("empty_like", lambda xp, s, dtype: xp.empty(s, dtype=dtype))
 full_like = _make_like("full_like", lambda xp, s, v, dtype: xp.full(s, v, dtype=dtype))
-rand_like = _make_like("rand_like", lambda xp, s, dtype: generator(xp).random(s).astype(dtype))
-randn_like = _make_like("randn_like", lambda xp, s, dtype: generator(xp).standard_normal(s).astype(dtype))
+rand_like = _make_like("rand_like", lambda xp, s, dtype: _random_floats(xp, "rand_like", s, _dt.from_numpy(dtype),
+                                                                        "random"))
+randn_like = _make_like("randn_like", lambda xp, s, dtype: _random_floats(xp, "randn_like", s, _dt.from_numpy(dtype),
+                                                                          "standard_normal"))
 
 
 def tensor(data, dtype=None, device=None, requires_grad=False):

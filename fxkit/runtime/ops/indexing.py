@@ -15,7 +15,7 @@ from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.dims import normalize_dim
+from fxkit.runtime.ops.dims import int_arg, normalize_dim
 from fxkit.runtime.tensor import Tensor
 
 _INT_CATEGORY = 1
@@ -199,6 +199,8 @@ def getitem(xp, a, index):
 @op("setitem", kind="other", shape_rule=lambda a, index, value: None, method="__setitem__", pure=False)
 def setitem(xp, a, index, value):
     """``a[index] = value`` in place (``value`` is cast to ``a``'s dtype); returns None."""
+    if value is None or isinstance(value, str):  # numpy would write NaN (None) or parse the string
+        raise DTypeError(f"setitem: the value must be a tensor or a number, got {type(value).__name__} {value!r}")
     first, second = torch_index(index, a.ndim, "setitem")
     try:
         if second is None:
@@ -392,11 +394,11 @@ def _triangle_rule(name):
 def tril(xp, a, diagonal=0):
     """The lower triangle of the last two dims (on and below ``diagonal``); the rest zeroed."""
     _check_matrix("tril", a.shape)
-    return xp.tril(a, diagonal)
+    return xp.tril(a, int_arg(diagonal, "tril", "diagonal"))
 
 
 @op("triu", kind="other", shape_rule=_triangle_rule("triu"))
 def triu(xp, a, diagonal=0):
     """The upper triangle of the last two dims (on and above ``diagonal``); the rest zeroed."""
     _check_matrix("triu", a.shape)
-    return xp.triu(a, diagonal)
+    return xp.triu(a, int_arg(diagonal, "triu", "diagonal"))

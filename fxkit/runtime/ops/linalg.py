@@ -168,6 +168,8 @@ def linear(xp, x, weight, bias=None):
         _linear_shape(x.shape, weight.shape, None)
         raise
     if bias is not None:
+        if not out.ndim:  # a 1-D input and weight give a numpy scalar, which ``+=`` would rebind
+            out = xp.asarray(out)
         try:
             out += bias
         except ValueError:
@@ -195,6 +197,8 @@ def _scaled_product(xp, name, inp, product, beta, alpha):
         except ValueError:
             _scaled_shape(name, inp.shape, product.shape)
             raise
+    elif inp.shape != product.shape:
+        _scaled_shape(name, inp.shape, product.shape)
     return product
 
 
@@ -238,9 +242,17 @@ def _einsum_operands(operands):
     return operands
 
 
+def _refuse_bool(dtype):
+    # NOTE: numpy sums bools with logical or (True) where PyTorch counts them (int64).
+    if dtype is _dt.bool_ or getattr(dtype, "kind", "") == "b":
+        raise DTypeError("einsum: bool operands are not supported; cast them with .long() to count "
+                         "or .float()")
+
+
 def _einsum_rule(equation, *operands):
     operands = _einsum_operands(operands)
     dtype = _same_dtype("einsum", *operands)
+    _refuse_bool(dtype)
     plan = plan_einsum(equation, [o.shape for o in operands])
     return TensorMeta(plan.out_shape, dtype, operands[0].device)
 
@@ -253,4 +265,5 @@ def einsum(xp, equation, *operands):
     operands = _einsum_operands(operands)
     if any(o.dtype != operands[0].dtype for o in operands[1:]):
         raise _dt_error("einsum", *(o.dtype for o in operands))
+    _refuse_bool(operands[0].dtype)
     return contract(xp, cached_plan(equation, tuple(o.shape for o in operands)), operands)

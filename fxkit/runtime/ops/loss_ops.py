@@ -54,6 +54,8 @@ def _check_class_target(name, input, target, weight):
     if weight is not None and (len(weight.shape) != 1 or dims_differ(weight.shape[0], classes)):
         raise ShapeError(f"{name}: weight should hold one value for each of the {classes} classes, got weight "
                          f"of shape {shown(weight.shape)}")
+    if weight is not None:
+        require_float(name, weight, "weight")
 
 
 def _safe_targets(xp, name, target, classes, ignore_index):
@@ -221,7 +223,11 @@ def mse_loss(xp, input, target, size_average=None, reduce=None, reduction="mean"
         >>> loss = fxkit.ops.mse_loss(prediction, target)
     """
     reduction = _reduction("mse_loss", size_average, reduce, reduction)
-    _check_mse(input, target, weight)
+    _, dtype = _check_mse(input, target, weight)
+    # numpy computes int64 - float32 in float64: cast to PyTorch's result dtype first.
+    input, target = input.astype(dtype.np, copy=False), target.astype(dtype.np, copy=False)
+    if weight is not None and weight.dtype.kind != "f":
+        weight = weight.astype(dtype.np)
     if input.shape != target.shape:
         warnings.warn(f"mse_loss: using a target size ({list(target.shape)}) that is different to the input size "
                       f"({list(input.shape)}); this will likely lead to incorrect results due to broadcasting. "

@@ -128,6 +128,7 @@ def embedding(xp, input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
             raise IndexOutOfRangeError(f"embedding: index {bad} is out of range for num_embeddings={num} "
                                        f"(weight of shape {shown(weight.shape)}); valid indices are 0..{num - 1}")
     if max_norm is not None:
+        require_float("embedding", weight, "weight")  # rescaling would truncate integer rows
         rows = xp.unique(input)
         norms = xp.linalg.norm(weight[rows], ord=norm_type, axis=1)
         over = norms > max_norm

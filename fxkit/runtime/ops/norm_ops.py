@@ -25,6 +25,7 @@ def _check_channel_vector(name, vec, what, channels):
     if len(vec.shape) != 1 or dims_differ(vec.shape[0], channels):
         raise ShapeError(f"{name}: {what} should have shape [{channels}] (one value per channel of the "
                          f"input), got {shown(vec.shape)}")
+    require_float(name, vec, what)
 
 
 def _check_batch_norm(input, running_mean, running_var, weight, bias, training):
@@ -135,6 +136,8 @@ def _check_layer_norm(input, normalized_shape, weight, bias):
         if vec is not None and shapes_differ(vec.shape, norm):
             raise ShapeError(f"layer_norm: expected {what} of the same shape as normalized_shape="
                              f"{shown(norm)}, got {what} of shape {shown(vec.shape)}")
+        if vec is not None:
+            require_float("layer_norm", vec, what)
     return norm
 
 

@@ -9,7 +9,7 @@ from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.dims import normalize_dim, normalize_dims
+from fxkit.runtime.ops.dims import int_arg, normalize_dim, normalize_dims
 from fxkit.runtime.ops.shape_ops import positional_or_keyword, shape_arg
 from fxkit.runtime.tensor import Tensor
 
@@ -178,6 +178,7 @@ def flip(xp, a, *args, dims=None):
 
 def _roll_args(ndim, shifts, dims):
     shifts = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
+    shifts = [int_arg(s, "roll", "shifts") for s in shifts]
     if dims is None:
         if len(shifts) != 1:
             raise ShapeError(f"roll: shifts and dimensions must align: {len(shifts)} shifts {list(shifts)} but "

@@ -194,9 +194,9 @@ def t(xp, a):
 
 
 def _flatten_shape(shape, start_dim, end_dim):
+    s, e = normalize_dim(start_dim, len(shape), "flatten"), normalize_dim(end_dim, len(shape), "flatten")
     if not shape:
         return (1,)
-    s, e = normalize_dim(start_dim, len(shape), "flatten"), normalize_dim(end_dim, len(shape), "flatten")
     if s > e:
         raise ShapeError(f"flatten: start_dim ({start_dim}) cannot come after end_dim ({end_dim}) "
                          f"for a tensor of {len(shape)} dimensions")

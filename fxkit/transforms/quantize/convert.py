@@ -1,15 +1,26 @@
 """`convert`: turn a calibrated prepared model into one that runs on integer kernels.
 
-Before (prepared and calibrated) and after, for ``fc1 -> relu -> fc2``::
+Before (prepared and calibrated), for ``fc1 -> relu -> fc2``::
 
-    %obs_0 = call[self.activation_post_process_0](%x)     %quantize_affine = call[quantize_affine](%x, 0.0157, -1, fxkit.int8)
-    %fc1   = call[self.fc1](%obs_0)                        %fc1_weight_int8 = get_attr[fc1_weight_int8]
-    %relu  = call[relu](%fc1)                              %fc1_bias_int32  = get_attr[fc1_bias_int32]
-    %obs_1 = call[self.activation_post_process_1](%relu)   %fc1_q = call[quantized_linear](%quantize_affine, %fc1_weight_int8,
-    %fc2   = call[self.fc2](%obs_1)                                 %fc1_bias_int32, -1, 0, 1518500250, -8, -128, dtype=fxkit.int8, relu=True)
-    %obs_2 = call[self.activation_post_process_2](%fc2)    %fc2_q = call[quantized_linear](%fc1_q, ...)
-    return %obs_2                                          %dequantize_affine = call[dequantize_affine](%fc2_q, 0.081, 12)
-                                                           return %dequantize_affine
+    %obs_0 = call[self.activation_post_process_0](%x)
+    %fc1   = call[self.fc1](%obs_0)
+    %relu  = call[relu](%fc1)
+    %obs_1 = call[self.activation_post_process_1](%relu)
+    %fc2   = call[self.fc2](%obs_1)
+    %obs_2 = call[self.activation_post_process_2](%fc2)
+    return %obs_2
+
+after::
+
+    %quantize_affine = call[quantize_affine](%x, 0.0157, -1, fxkit.int8)
+    %fc1_weight_int8 = get_attr[fc1_weight_int8]
+    %fc1_bias_int32  = get_attr[fc1_bias_int32]
+    %fc1_q = call[quantized_linear](%quantize_affine, %fc1_weight_int8, %fc1_bias_int32, -1, 0,
+                                    1518500250, -8, -128, dtype=fxkit.int8, relu=True)
+    ...
+    %fc2_q = call[quantized_linear](%fc1_q, %fc2_weight_int8, %fc2_bias_int32, -128, 0, ...)
+    %dequantize_affine = call[dequantize_affine](%fc2_q, 0.081, 12)
+    return %dequantize_affine
 
 Walking the graph in order, each node either holds quantized integers (with
 the scale, zero point and dtype recorded in ``node.meta["qparams"]``) or floats:

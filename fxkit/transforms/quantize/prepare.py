@@ -1,16 +1,25 @@
 """`prepare`: get a float model ready for post-training quantization.
 
-Before and after ``prepare(symbolic_trace(mlp))``::
+``prepare(symbolic_trace(mlp))`` turns::
 
-    graph(x):                                  graph(x):
-        %x    = placeholder[x]                     %x    = placeholder[x]
-        %fc1  = call[self.fc1](%x)                 %activation_post_process_0 = call[self.activation_post_process_0](%x)
-        %relu = call[relu](%fc1)                   %fc1  = call[self.fc1](%activation_post_process_0)
-        %fc2  = call[self.fc2](%relu)              %relu = call[relu](%fc1)
-        return %fc2                                %activation_post_process_1 = call[self.activation_post_process_1](%relu)
-                                                   %fc2  = call[self.fc2](%activation_post_process_1)
-                                                   %activation_post_process_2 = call[self.activation_post_process_2](%fc2)
-                                                   return %activation_post_process_2
+    graph(x):
+        %x    = placeholder[x]
+        %fc1  = call[self.fc1](%x)
+        %relu = call[relu](%fc1)
+        %fc2  = call[self.fc2](%relu)
+        return %fc2
+
+into::
+
+    graph(x):
+        %x    = placeholder[x]
+        %activation_post_process_0 = call[self.activation_post_process_0](%x)
+        %fc1  = call[self.fc1](%activation_post_process_0)
+        %relu = call[relu](%fc1)
+        %activation_post_process_1 = call[self.activation_post_process_1](%relu)
+        %fc2  = call[self.fc2](%activation_post_process_1)
+        %activation_post_process_2 = call[self.activation_post_process_2](%fc2)
+        return %activation_post_process_2
 
 Steps: eval-mode dropout goes and Conv2d+BatchNorm2d fold into one Conv2d
 (`fold_conv_bn`); each quantizable layer (`patterns`) gets its qconfig from the
@@ -29,7 +38,8 @@ from fxkit.runtime.nn.module import Module
 from fxkit.tracer import symbolic_trace
 from fxkit.transforms.fold_conv_bn import FoldConvBN
 from fxkit.transforms.quantize.fake_quantize import FakeQuantize, is_observer
-from fxkit.transforms.quantize.patterns import find_layer, fused_relu, is_observer_call, is_transparent, layer_parameters
+from fxkit.transforms.quantize.patterns import (find_layer, fused_relu, is_observer_call, is_transparent,
+                                                layer_parameters)
 from fxkit.transforms.quantize.qconfig import as_mapping, default_qconfig
 from fxkit.transforms.remove_dropout import RemoveDropout
 from fxkit.transforms.shape_prop import ShapeProp
@@ -107,7 +117,8 @@ def mark_layers(gm, mapping):
         if qconfig is None and reason is None:
             reason = "the qconfig mapping gives it None"
         relu = fused_relu(gm, node)
-        node.meta["quantize"] = {"kind": layer.kind, "module": layer.module_name, "qconfig": None if reason else qconfig,
+        node.meta["quantize"] = {"kind": layer.kind, "module": layer.module_name,
+                                 "qconfig": None if reason else qconfig,
                                  "fused_relu": relu.name if relu is not None and not reason else None,
                                  "reason": reason}
         if reason is None:
