@@ -64,7 +64,8 @@ def accuracy_table(console, with_qat):
     models = [("MLP (sklearn weights)", mlp_from_sklearn(train_x, train_y), (-1, 64), F.cross_entropy),
               ("DigitsNet (CNN)", train_digits_net(train_x, train_y, 8, console), IMAGE, F.nll_loss)]
     table = Table("model", "fp32", "PTQ per-tensor", "PTQ per-channel", "QAT per-tensor (3 epochs)", "fp32 file",
-                  "int8 file / fp32", title="digits test accuracy (450 images by unseen writers) and fxkit.save sizes")
+                  "int8 file / fp32",
+                  title=f"digits test accuracy ({len(test_y)} images by unseen writers) and fxkit.save sizes")
     folder = tempfile.mkdtemp(prefix="fxkit-bench-quantization-")
     for name, model, shape, loss_fn in models:
         batches = [fxkit.from_numpy(train_x[i:i + 64].reshape(shape)) for i in range(0, len(train_x), 64)]

@@ -120,7 +120,7 @@ def main():
         table.add_row(name, f"{accuracy(model, test_x, test_y, shape):.2f}%",
                       f"{accuracy(results['per-tensor'], test_x, test_y, shape):.2f}%",
                       f"{accuracy(results['per-channel'], test_x, test_y, shape):.2f}%",
-                      f"{fp32_size / 1024:.1f} KiB", f"{int8_size / 1024:.1f} KiB ({int8_size / fp32_size:.2f}x)")
+                      f"{fp32_size / 1024:.1f} KiB", f"{int8_size / 1024:.1f} KiB ({int8_size / fp32_size:.3f}x)")
         converted = (results["per-channel"], shape)
     console.print(table)
 

@@ -72,6 +72,7 @@ class CupyBackend(NumpyBackend):
             with cuda_device:
                 return forward(*arrays)
 
+        run.__wrapped__ = forward
         return lowered._replace(fn=run)
 
 

@@ -72,8 +72,8 @@ def _check_devices(nodes, device_types, backend):
             if spec.device.type not in device_types:
                 what = "the parameter" if node.op == "get_attr" else "the value"
                 raise DeviceError(f"the {backend} backend runs on {' and '.join(device_types)}, but {what} "
-                                  f"%{node.name} is on {spec.device}; move the model with .to('cpu') or "
-                                  f"compile with a backend for {spec.device.type}")
+                                  f"%{node.name} is on {spec.device}; move the model with "
+                                  f".to('{device_types[0]}') or compile with a backend for {spec.device.type}")
 
 
 def _tensor_metas(meta):

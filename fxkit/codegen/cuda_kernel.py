@@ -279,7 +279,8 @@ def _elementwise_entry(graph, metas, placeholders, results, shape, helpers, stri
     if count == 0:  # never runs: nothing divides by an extent of 0
         offsets, used = dict.fromkeys(offsets, "0"), set()
     emitter = CudaEmitter(namespace, metas, helpers)
-    with block.indent(f'extern "C" __global__ void kernel{"_strided" if strided else ""}({", ".join(declarations)}) {{'):
+    entry = "kernel_strided" if strided else "kernel"
+    with block.indent(f'extern "C" __global__ void {entry}({", ".join(declarations)}) {{'):
         with grid_stride(block, itype, flat, count):
             decompose(block, itype, flat, extents, indices, used)
             bind_inputs(block, emitter, placeholders, params, metas, offsets)

@@ -54,8 +54,8 @@ from fxkit.codegen.namespace import Namespace
 from fxkit.codegen.numba_scalar import ScalarEmitter, value_metas
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 
-PARALLEL_MIN = 1 << 20
-"""Results with fewer elements (4 MB of float32) run serially: a thread-pool launch costs ~10 µs, and
+PARALLEL_MIN = 1 << 19
+"""Results with fewer elements (2 MB of float32) run serially: a thread-pool launch costs ~10 µs, and
 waking numba's threads between BLAS calls (convolutions, matmuls) costs the BLAS threads more."""
 BLOCK = 16384
 """Elements a parallel task computes (runs of contiguous, vectorised loops)."""

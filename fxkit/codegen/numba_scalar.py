@@ -18,46 +18,21 @@ nests around them are `fxkit.codegen.numba_kernel`'s and
 `fxkit.codegen.numba_reduction`'s.
 """
 import ast
-import inspect
 
+# NOTE: binding a template to a call is shared with the CUDA generator (fxkit.codegen.template_expr);
+# value_metas is re-exported for numba_kernel and numba_reduction.
+from fxkit.codegen.template_expr import compute_dtype, is_node, template_names, value_metas  # noqa: F401
 from fxkit.errors import LoweringError
-from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import Op
 
 _LOAD = ast.Load()
-_INPUT_NAMES = ("a", "b", "c")
 _MATH = {"log": "log", "log1p": "log1p", "expm1": "expm1", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
          "exp": "exp", "tanh": "tanh", "erf": "erf"}
 _FLOAT32_FAST = {"exp": "exp32", "tanh": "tanh32", "erf": "erf32"}
 _ROUNDING = ("floor", "ceil", "rint", "trunc")
 _LOGICAL = {"logical_and": ast.BitAnd, "logical_or": ast.BitOr, "logical_xor": ast.BitXor}
 _OPERATORS = {"floor_divide": ast.FloorDiv, "remainder": ast.Mod, "pow": ast.Pow}
-
-
-def value_metas(graph, args):
-    """Each body node's `TensorMeta` (or Python value) from the fused op's arguments.
-
-    Args:
-        graph: a fused op's body.
-        args: per placeholder, a `TensorMeta` or the Python value it receives.
-    """
-    env = {}
-    inputs = iter(args)
-    for node in graph.nodes:
-        if node.op == "placeholder":
-            env[node] = next(inputs)
-        elif node.op == "call":
-            env[node] = node.target.shape_rule(*_resolve(node.args, env), **_resolve(node.kwargs, env))
-    return env
-
-
-def _resolve(value, env):
-    if type(value) in (tuple, list):
-        return type(value)(_resolve(v, env) for v in value)
-    if type(value) is dict:
-        return {k: _resolve(v, env) for k, v in value.items()}
-    return env[value] if hasattr(value, "op") and hasattr(value, "users") else value
 
 
 def np_attr(name):
@@ -131,42 +106,6 @@ class _Template(ast.NodeTransformer):
                             f"fxkit/codegen/numba_kernel.py when adding it to ops/intrinsics.py")
 
 
-def compute_dtype(op, metas, result):
-    """The dtype ``op`` computes in (None: inputs as they are), as tests/runtime/test_templates decides.
-
-    Promoting ops compute in their result's dtype (eager casts the inputs to
-    it: `fxkit.codegen.promotion.input_casts`); comparisons in the result type
-    of their inputs, Python numbers included.
-    """
-    mode = op.promote
-    if mode in (None, "bool", "keep"):
-        return None
-    if mode != "compare":
-        return result.dtype
-    promoted = metas[op.promote_from:]
-    tensors = [m for m in promoted if isinstance(m, TensorMeta)]
-    scalars = [m for m in promoted if type(m) in (int, float, bool)]
-    return _dt.result_type([t.dtype for t in tensors if t.shape], [t.dtype for t in tensors if not t.shape],
-                           scalars)
-
-
-_SIGNATURES = {}
-
-
-def template_names(op, args, kwargs):
-    """``({template name: argument}, {option name: value})`` of one call, as tests/runtime/test_templates binds."""
-    signature = _SIGNATURES.get(op)
-    if signature is None:
-        signature = _SIGNATURES[op] = inspect.signature(op.impl)
-    bound = signature.bind(None, *args, **kwargs)
-    bound.apply_defaults()
-    params = list(signature.parameters.values())[1:]
-    inputs = [p.name for p in params if p.default is inspect.Parameter.empty]
-    names = {_INPUT_NAMES[i]: bound.arguments[p] for i, p in enumerate(inputs)}
-    options = {p.name: bound.arguments[p.name] for p in params if p.default is not inspect.Parameter.empty}
-    return names, options
-
-
 class ScalarEmitter:
     """Emits one statement a body node into a `CodeBlock`, tracking each value's local and dtype.
 
@@ -218,7 +157,7 @@ class ScalarEmitter:
 
     def operand(self, value, dtype):
         """The expression of an argument, converted to ``dtype`` when given."""
-        if _is_node(value):
+        if is_node(value):
             expr = self.values[value]
             meta = self.metas[value]
             if dtype is None:
@@ -229,8 +168,4 @@ class ScalarEmitter:
         return typed_constant(value, dtype)
 
     def _meta(self, value):
-        return self.metas[value] if _is_node(value) else value
-
-
-def _is_node(value):
-    return hasattr(value, "op") and hasattr(value, "users")
+        return self.metas[value] if is_node(value) else value

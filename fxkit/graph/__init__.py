@@ -1,5 +1,5 @@
 """The graph IR: `Node`, `Graph`, `GraphModule`, `Interpreter`, `Transformer`."""
-from fxkit.graph.attributes import fetch_attr
+from fxkit.graph.attributes import assign_attr, fetch_attr
 from fxkit.graph.call_targets import called_graph, register_target_kind
 from fxkit.graph.graph import Graph
 from fxkit.graph.graph_module import GraphModule
@@ -9,4 +9,4 @@ from fxkit.graph.transformer import Transformer, Value
 from fxkit.graph.value import NodeValue
 
 __all__ = ["Graph", "GraphModule", "Interpreter", "Node", "NodeValue", "SourceLocation", "Transformer", "Value",
-           "called_graph", "fetch_attr", "map_aggregate", "map_arg", "register_target_kind"]
+           "assign_attr", "called_graph", "fetch_attr", "map_aggregate", "map_arg", "register_target_kind"]

@@ -116,7 +116,8 @@ class Graph:
     def erase_node(self, node):
         """Remove ``node``; refused while other nodes still use it."""
         if node.graph is not self:
-            raise GraphError(f"erase_node: %{node.name} belongs to another graph")
+            raise GraphError(f"erase_node: %{node.name} belongs to another graph; erase it with "
+                             f"node.graph.erase_node(node)")
         if node._erased:
             raise GraphError(f"erase_node: %{node.name} was already erased")
         if node.users:
@@ -197,7 +198,8 @@ class Graph:
         if node is before or node._next is before:
             return
         if node.graph is not self or node._erased:
-            raise GraphError(f"moving %{node.name}: it is not a live node of this graph")
+            raise GraphError(f"moving %{node.name}: it is not a live node of this graph (erased, or of another "
+                             f"graph); copy it in with graph.node_copy(node) instead")
         node._prev._next = node._next
         node._next._prev = node._prev
         self._link(node, before)

@@ -20,13 +20,12 @@ import types
 import weakref
 
 from fxkit.errors import GraphError
+from fxkit.graph.attributes import assign_attr
 from fxkit.graph.display import module_html
 from fxkit.graph.draw import to_svg
 from fxkit.graph.graph import Graph
 from fxkit.graph.printer import format_type
 from fxkit.runtime.nn.module import Module
-from fxkit.runtime.nn.parameter import Parameter
-from fxkit.runtime.tensor import Tensor
 
 _FILE_NUMBERS = itertools.count()
 _GENERATED_CLASS = "_fxkit_generated_class"
@@ -88,7 +87,7 @@ class GraphModule(Module):
                     if node.target not in root:
                         raise GraphError(f"GraphModule: node {node.format_node()} needs {node.target!r}, "
                                          f"which the root dict does not hold; add it to the dict")
-                    _assign_attr(root[node.target], self, node.target)
+                    assign_attr(self, node.target, root[node.target])
         else:
             raise GraphError(f"GraphModule: root must be an fxkit.nn.Module or a dict, got {type(root).__name__}")
         self.__dict__["_linecache_key"] = None
@@ -280,26 +279,4 @@ def _copy_attr(source, target, qualname):
         return
     value = getattr(source, field)
     persistent = field not in getattr(source, "_non_persistent_buffers_set", ())
-    _set_leaf(target, field, value, persistent)
-
-
-def _assign_attr(value, target, qualname):
-    *path, field = qualname.split(".")
-    for item in path:
-        child = target._modules.get(item)
-        if child is None:
-            child = Module()
-            target.add_module(item, child)
-        target = child
-    _set_leaf(target, field, value, True)
-
-
-def _set_leaf(module, field, value, persistent):
-    if isinstance(value, Module):
-        module.add_module(field, value)
-    elif isinstance(value, Parameter):
-        module.register_parameter(field, value)
-    elif isinstance(value, Tensor):
-        module.register_buffer(field, value, persistent=persistent)
-    else:
-        setattr(module, field, value)
+    assign_attr(target, field, value, persistent)

@@ -356,7 +356,7 @@ class Op:
     def _name_error(self, exc):
         """Prefix this op's name to an fxkit error raised without it (by a shared helper)."""
         message = str(exc.args[0]) if exc.args else ""
-        if not message.startswith(self.name):
+        if not message.startswith((self.name + ":", self.name + "(", self.name + " ")):
             exc.args = (f"{self.name}: {message}", *exc.args[1:])
 
     def _explain(self, exc, args, kwargs):

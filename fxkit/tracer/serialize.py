@@ -121,7 +121,7 @@ def load(path, custom_objects=None):
             that is neither fxkit's nor in ``custom_objects``.
     """
     files = _read(os.fspath(path))
-    doc = json.loads(files["graph.json"])
+    doc = files["graph.json"]
     if doc.get("format") != FORMAT or doc.get("version") not in _READABLE:
         raise GraphError(f"load: {path} is not an fxkit GraphModule of version {' or '.join(map(str, _READABLE))} "
                          f"(format {doc.get('format')!r}, version {doc.get('version')!r})")
@@ -132,7 +132,7 @@ def load(path, custom_objects=None):
     except (ValueError, KeyError) as exc:
         raise GraphError(f"load: {path}: weights.npz holds pickled objects or is damaged ({exc}); "
                          f"fxkit never unpickles, so such files cannot be loaded") from None
-    specs = json.loads(files["modules.json"])
+    specs = files["modules.json"]
     root = {}
     for qualname, spec in specs.items():
         root[qualname] = _build_module(qualname, spec, weights, custom_objects)
@@ -231,16 +231,26 @@ def _wrapped_fxkit_function(name):
 
 
 def _read(path):
+    files = {}
     if os.path.isdir(path):
-        files = {}
-        for name in _FILES:
+        for name in set(_FILES) & set(os.listdir(path)):
             with open(os.path.join(path, name), "rb") as f:
                 files[name] = f.read()
-        return files
-    if not zipfile.is_zipfile(path):
+    elif zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            files = {name: zf.read(name) for name in set(_FILES) & set(zf.namelist())}
+    else:
         raise GraphError(f"load: {path} is neither a directory nor a zip file written by fxkit.save")
-    with zipfile.ZipFile(path) as zf:
-        return {name: zf.read(name) for name in _FILES}
+    missing = [name for name in _FILES if name not in files]
+    if missing:
+        raise GraphError(f"load: {path} lacks {', '.join(missing)}; fxkit.save writes {', '.join(_FILES)}, "
+                         f"so it was not written by fxkit.save or was damaged")
+    for name in ("graph.json", "modules.json"):
+        try:
+            files[name] = json.loads(files[name])
+        except ValueError as exc:
+            raise GraphError(f"load: {path}: {name} is no valid JSON ({exc}); the file is damaged") from None
+    return files
 
 
 # -- values as tagged JSON ----------------------------------------------------------------

@@ -11,10 +11,9 @@ import linecache
 import os
 import sys
 
-import fxkit
 from fxkit.graph.node import SourceLocation
 
-_PACKAGE = os.path.dirname(os.path.abspath(fxkit.__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the fxkit folder
 _INTERNAL = tuple(os.path.join(_PACKAGE, part) + os.sep
                   for part in ("runtime", "tracer", "graph", "codegen", "nn"))
 
@@ -41,11 +40,3 @@ def user_location(depth=1):
                                   linecache.getline(code.co_filename, line).strip())
         frame = frame.f_back
     return None
-
-
-def user_frame(depth=1):
-    """The innermost frame object outside fxkit's machinery (for bytecode checks)."""
-    frame = sys._getframe(depth + 1)
-    while frame is not None and _is_internal(frame.f_code):
-        frame = frame.f_back
-    return frame

@@ -109,7 +109,7 @@ class FusedOp:
                 raise GraphError(f"{self.name}: the body of a fused op holds only placeholders, calls and "
                                  f"an output, found {node.format_node()}")
             record_meta(node, env[node])
-        raise GraphError(f"{self.name}: the body has no output node")
+        raise GraphError(f"{self.name}: the body has no output node; end it with body.output(result)")
 
     # -- plain data: copies, pickles and saved files carry the name and the body only -----
     def __getstate__(self):

@@ -7,6 +7,13 @@ graph values, so the ops it calls are recorded as backward nodes. Values the
 backward reads from the forward (saved activations) are plain edges from
 forward nodes; nothing is hidden in closures. The result prints, fuses and
 compiles like any graph, and computes what ``loss.backward()`` computes.
+Each backward node's ``meta["grad_of"]`` names the forward node whose rule
+made it, and its ``meta["stack"]`` is that node's source line.
+
+The graph is specialised to the input shapes it was built for. Writing in
+place into a value gradients flow through (``y[0] = 0``) is refused, as it
+would change a value the backward reads; in-place ops such as
+``relu(x, inplace=True)`` are recorded out of place.
 
 Before and after ``grad(gm, example_inputs=[(4, 3)])`` on ``relu(x @ w)``::
 
@@ -100,7 +107,7 @@ def grad(gm, wrt=None, grad_outputs=False, example_inputs=None):
     graph.eliminate_dead_code()
     root = {}
     for node in graph.find_nodes(op="get_attr"):
-        root[node.target] = rec.constants.get(node.target, rec._attr_tensors.get(node.target))
+        root[node.target] = rec.attribute(node.target)
     return GraphModule(root, graph, class_name=f"{type(gm).__name__}Grad")
 
 
@@ -150,7 +157,7 @@ def _wanted(gm, wrt):
 def _leaf_name(node, rec):
     if node.op == "placeholder":
         return node.target
-    return rec.wanted.get(id(rec._attr_tensors.get(node.target)))
+    return rec.wanted.get(id(rec.attribute(node.target)))
 
 
 class _Backward:

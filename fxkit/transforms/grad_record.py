@@ -19,7 +19,7 @@ as eager), so its gradient is a plain ``mul``. In-place calls
 a module buffer (BatchNorm's batch counter) is written back with ``setitem``.
 """
 from fxkit.errors import AutogradError, format_error
-from fxkit.graph import Graph, Interpreter, Node
+from fxkit.graph import Graph, Interpreter
 from fxkit.runtime.autograd.function import GradRule, NonDifferentiable
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import Op
@@ -80,6 +80,8 @@ class GradProxy(Proxy):
         return iter([self[i] for i in range(len(self))])
 
     def __getattr__(self, name):
+        if name == "meta":  # NOTE: an unset slot (copy and pickle probes) must not recurse
+            raise AttributeError(name)
         fields = getattr(type(self.meta), "_fields", ())
         if not isinstance(self.meta, TensorMeta) and name in fields:  # ``x.max(1).values``
             return self[fields.index(name)]
@@ -141,11 +143,15 @@ class Recorder(Tracer):
             node.meta["grad_of"] = self.origin.name
         return node
 
+    def attribute(self, qualname):
+        """The tensor a ``get_attr`` of the graph reads: a parameter or buffer of the
+        module, or a constant a rule made."""
+        tensor = self._attr_tensors.get(qualname)
+        return tensor if tensor is not None else self.constants[qualname]
+
     def proxy(self, node):
         if node.op == "get_attr":
-            tensor = self._attr_tensors.get(node.target)
-            if tensor is None:
-                tensor = self.constants[node.target]
+            tensor = self.attribute(node.target)
             meta = meta_of(tensor)
             if id(tensor) in self.wanted and meta.dtype.is_floating_point:
                 self.requires.add(node)
@@ -341,6 +347,6 @@ def replay(recorder, gm, specs):
 
 def location_error(message, node, hint=None):
     """An `AutogradError` in fxkit's layout naming ``node`` and its source line."""
-    stack = node.meta.get("stack") if isinstance(node, Node) else None
+    stack = node.meta.get("stack")
     return AutogradError(format_error(message, where=str(stack) if stack else None, node=node.format_node(),
                                       hint=hint))

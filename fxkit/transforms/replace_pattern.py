@@ -1,11 +1,9 @@
 """`replace_pattern`: rewrite every occurrence of a pattern with a replacement."""
 from fxkit.errors import GraphError
-from fxkit.graph.attributes import fetch_attr
+from fxkit.graph.attributes import assign_attr, fetch_attr
 from fxkit.graph.graph_module import GraphModule
 from fxkit.graph.node import Node, map_arg
 from fxkit.runtime.nn.module import Module
-from fxkit.runtime.nn.parameter import Parameter
-from fxkit.runtime.tensor import Tensor
 from fxkit.tracer import symbolic_trace
 from fxkit.transforms.subgraph_matcher import SubgraphMatcher, flatten_output
 
@@ -158,12 +156,5 @@ def _install(gm, replacement_gm, node):
         path, i = base, 1
         while hasattr(gm, path):
             path, i = f"{base}_{i}", i + 1
-        if isinstance(value, Module):
-            gm.add_module(path, value)
-        elif isinstance(value, Parameter):
-            gm.register_parameter(path, value)
-        elif isinstance(value, Tensor):
-            gm.register_buffer(path, value)
-        else:
-            setattr(gm, path, value)
+        assign_attr(gm, path, value)
     return path

@@ -111,7 +111,8 @@ class StageChain:
             elif node.args:
                 env[node] = node.args[0]
             else:
-                raise GraphError(f"{type(self.parent).__name__}: missing a value for the input {node.name!r}")
+                raise GraphError(f"{type(self.parent).__name__}: missing a value for the input {node.name!r}; pass "
+                                 f"one value per input ({', '.join(p.name for p in self.placeholders)})")
         return [env[n] for n in self.stages[0].inputs]
 
     def run_stage(self, index, values):

@@ -1,10 +1,10 @@
-"""Registered call-target kinds (what lets fxkit.save store a FusedOp) and attribute paths."""
+"""Registered call-target kinds: what lets fxkit.save store a FusedOp without importing it."""
 import pytest
 
 import fxkit
 from fxkit import nn, ops
 from fxkit.errors import GraphError
-from fxkit.graph import Graph, called_graph, fetch_attr, register_target_kind
+from fxkit.graph import Graph, called_graph, register_target_kind
 from fxkit.graph.call_targets import kind_of, target_kind
 
 
@@ -85,12 +85,3 @@ def test_called_graph_is_the_body_of_fused_calls_only(rng):
     fused = [n for n in gm.graph.nodes if n.op == "call"]
     assert [called_graph(n) is n.target.graph for n in fused] == [True]
     assert called_graph(gm.graph.find_nodes(op="placeholder")[0]) is None
-
-
-def test_fetch_attr_names_the_missing_part():
-    model = nn.Sequential(nn.Linear(3, 4))
-    assert fetch_attr(model, "0.weight") is model[0].weight
-    with pytest.raises(AttributeError, match=r"^0 has no attribute 'scale' \(needed for '0.scale.x'\)$"):
-        fetch_attr(model, "0.scale.x")
-    with pytest.raises(AttributeError, match=r"^the module has no attribute 'fc'"):
-        fetch_attr(model, "fc")

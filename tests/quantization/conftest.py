@@ -62,7 +62,8 @@ def sklearn_mlp(digits):
 
 @pytest.fixture(scope="session")
 def digits_net(digits):
-    """A DigitsNet trained for 8 epochs (SGD with momentum, as recipes/train_digits.py)."""
+    """A DigitsNet trained for 8 epochs with SGD and momentum, as recipes/train_digits.py trains it
+    (without its shifted-image augmentation and learning-rate decay, to keep the test short)."""
     fxkit.manual_seed(0)
     model = DigitsNet()
     optimizer = fxkit.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

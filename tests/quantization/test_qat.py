@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fxkit
+import fxkit.models  # noqa: F401  (fxkit.models.MLP)
 from fxkit.nn import functional as F
 from fxkit.transforms.quantize import (FakeQuantize, calibrate, convert, enable_observer, fake_quantize, prepare,
                                        prepare_qat)

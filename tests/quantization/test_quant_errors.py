@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import fxkit
+import fxkit.models  # noqa: F401  (fxkit.models.MLP)
 from fxkit.errors import DTypeError, GraphError
 from fxkit.transforms.quantize import (FakeQuantize, MinMaxObserver, PerChannelMinMaxObserver, QConfig,
                                        QConfigMapping, calibrate, convert, default_qat_qconfig, default_qconfig,

@@ -9,6 +9,7 @@ answers like PyTorch does for the same call, or raises an fxkit error naming
 the op; anything else (a raw numpy error, an AttributeError, a hang, a result
 that differs from PyTorch's) is a finding.
 """
+import copy
 import inspect
 import operator
 import re
@@ -64,6 +65,15 @@ def torch_callables(name):
 
 
 # -- mutations -----------------------------------------------------------------------------
+def _where(slot):
+    """``arg1``, ``arg0[2]`` or ``weight=``: a slot as findings name it."""
+    if slot[0] == "arg":
+        return f"arg{slot[1]}"
+    if slot[0] == "item":
+        return f"arg{slot[1]}[{slot[2]}]"
+    return f"{slot[1]}="
+
+
 def _tensor_slots(args, kwargs):
     """Where the case puts arrays: ("arg", i), ("item", i, j) inside a list, ("kw", name)."""
     slots = []
@@ -104,6 +114,7 @@ def _replacements(a):
         out.append(("rank-1", a[0, ...].copy()))
     if a.size > 0:
         out.append(("0d", a.reshape(-1)[:1].reshape(()).copy()))
+    if a.ndim and a.size > 0:  # a 0-d array's list is a number, which ops take
         out.append(("list", a.tolist()))
     if a.dtype.kind == "f":
         out += [("bool", a > 0), ("int", np.round(np.nan_to_num(a) * 3).astype(np.int64))]
@@ -121,7 +132,7 @@ def _grown(a):
 
 
 def _dim_slots(op, args, kwargs):
-    """(where, name, value) of the dimension arguments of this call, by the impl's signature."""
+    """(slot, value) of the dimension arguments of this call, by the impl's signature."""
     try:
         bound = inspect.signature(op.impl).bind(None, *args, **kwargs)
     except TypeError:
@@ -142,27 +153,31 @@ def _int_slots(args):
 
 
 def bad_calls(op, args, kwargs):
-    """Every bad variant of one valid call: [(label, args, kwargs)]."""
+    """Every bad variant of one valid call: ``[(where, kind, args, kwargs)]``, ``kind``
+    one of rank+1, rank-1, 0d, str, none, list, bool, int, float, mismatch, dim_high,
+    dim_low, int_str, int_float, extra."""
     calls = []
     slots = _tensor_slots(args, kwargs)
     for slot in slots:
-        for label, value in _replacements(_get(args, kwargs, slot)):
-            calls.append((f"{slot}:{label}", *_put(args, kwargs, slot, value)))
+        for kind, value in _replacements(_get(args, kwargs, slot)):
+            calls.append((_where(slot), kind, *_put(args, kwargs, slot, value)))
     for first, second in zip(slots, slots[1:]):
         a, b = _get(args, kwargs, first), _get(args, kwargs, second)
         if a.ndim >= 1 and b.ndim >= 1 and a.shape[-1] > 1 and b.shape[-1] > 1:
-            calls.append((f"{second}:mismatch", *_put(args, kwargs, second, _grown(b))))
+            calls.append((_where(second), "mismatch", *_put(args, kwargs, second, _grown(b))))
     ndim = max((_get(args, kwargs, s).ndim for s in slots), default=0)
-    for where, value in _dim_slots(op, args, kwargs):
-        for label, bad in (("dim_high", ndim + 2), ("dim_low", -ndim - 3)):
+    for slot, value in _dim_slots(op, args, kwargs):
+        for kind, bad in (("dim_high", ndim + 2), ("dim_low", -ndim - 3)):
             if isinstance(value, (tuple, list)):
                 bad = type(value)([bad] + list(value[1:]))
             elif value is not None and type(value) is not int:
                 continue
-            calls.append((f"{where}:{label}", *_put(args, kwargs, where, bad)))
+            calls.append((_where(slot), kind, *_put(args, kwargs, slot, bad)))
     for i in _int_slots(args):
-        for label, bad in (("str", "abc"), ("float", 2.5)):
-            calls.append((f"('arg', {i}):int_{label}", *_put(args, kwargs, ("arg", i), bad)))
+        for kind, bad in (("int_str", "abc"), ("int_float", 2.5)):
+            calls.append((f"arg{i}", kind, *_put(args, kwargs, ("arg", i), bad)))
+    if not args and not kwargs:  # an op taking nothing, given a tensor
+        calls.append(("arg0", "extra", (np.ones(3, np.float32),), {}))
     return calls
 
 
@@ -212,7 +227,11 @@ def _to_torch(value):
 
 
 def torch_accepts(name, args, kwargs):
-    """Whether PyTorch takes this call under one of the op's spellings."""
+    """Whether PyTorch is installed and takes this call under one of the op's spellings."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
     return _call_torch(name, args, kwargs, False)[0]
 
 
@@ -275,28 +294,33 @@ def _names_op(op, exc):
     return any(re.search(rf"(?<![\w']){re.escape(n)}(?![\w'])", str(exc)) for n in names)
 
 
-def judge(op_name, args, kwargs, mutates=False, torch_oracle=True):
-    """None when the op handles this call well, else a one-line finding.
+def judge(op_name, args, kwargs, mutates, torch_oracle):
+    """None when the op handles this call well, else ``(category, message)``.
 
-    ``torch_oracle`` False: PyTorch refuses even the valid call this one was bent from
-    (fxkit takes a spelling it does not), so its verdict on this call says nothing."""
+    Categories: ``crash`` (an exception that is no fxkit error naming the op, or a
+    hang), ``garbage`` (a tensor of a dtype fxkit has no name for), ``differs`` (a
+    result unlike PyTorch's) and ``refused`` (a result where PyTorch refuses the call).
+    ``torch_oracle`` False: PyTorch is not installed, or refuses even the valid call this
+    one was bent from (fxkit takes a spelling it does not), so it cannot judge a success."""
     op = get_op(op_name)
+    # NOTE: PyTorch gets copies taken now: ops writing in place change the fxkit inputs.
+    t_args, t_kwargs = copy.deepcopy((args, kwargs))
     got, exc = _call_fxkit(op, args, kwargs, mutates)
-    if exc is None and not _valid(got):
-        return f"succeeded with an array of a dtype fxkit has no name for: {_raw(got)}"
     if exc is not None:
         if isinstance(exc, FxkitError) and _names_op(op, exc):
             return None
         if type(exc) is TypeError and f"{op.impl.__name__}()" in str(exc):
             return None  # Python's own argument binding, naming the function
-        return f"raised {type(exc).__module__}.{type(exc).__name__}: {str(exc)[:200]}"
+        return "crash", f"raised {type(exc).__module__}.{type(exc).__name__}: {str(exc)[:300]}"
+    if not _valid(got):
+        return "garbage", f"succeeded with an array of a dtype fxkit has no name for: {_raw(got)}"
     if op_name in NO_TORCH or not torch_oracle:
         return None
-    ok, want = _call_torch(op_name, args, kwargs, mutates)
+    ok, want = _call_torch(op_name, t_args, t_kwargs, mutates)
     if not ok:
-        return f"succeeded ({_describe(got)}) where PyTorch refuses the call"
+        return "refused", f"succeeded ({_describe(got)}) where PyTorch refuses the call"
     problem = _same(op, got, want)
-    return None if problem is None else f"succeeded but {problem}"
+    return None if problem is None else ("differs", f"succeeded but {problem}")
 
 
 def _valid(value):

@@ -301,3 +301,14 @@ def test_private_attributes_are_not_read(tmp_path):
     _write(tmp_path, doc)
     with pytest.raises(fxkit.GraphError, match=r"reads the attribute \('__class__',\); traced graphs read only public"):
         fxkit.load(tmp_path / "m")
+
+
+def test_missing_or_damaged_files_are_named(tmp_path):
+    fxkit.save(fxkit.symbolic_trace(lambda x: x.relu()), tmp_path / "m")
+    (tmp_path / "m" / "modules.json").unlink()
+    with pytest.raises(fxkit.GraphError, match=r"m lacks modules.json; fxkit.save writes graph.json, modules.json, "
+                                               r"weights.npz, code.py"):
+        fxkit.load(tmp_path / "m")
+    (tmp_path / "m" / "modules.json").write_text("{not json")
+    with pytest.raises(fxkit.GraphError, match=r"modules.json is no valid JSON \(.*\); the file is damaged"):
+        fxkit.load(tmp_path / "m")

@@ -26,7 +26,7 @@ def _eager(model, inputs, names):
     """Eager autograd's gradients of the outputs' sum (without touching ``.grad``); a name
     is a parameter's or an argument's of ``model.forward``."""
     params = dict(model.named_parameters())
-    xs = [x.detach().requires_grad_() for x in inputs]
+    xs = [x.detach().requires_grad_() if x.dtype.is_floating_point else x for x in inputs]
     arguments = dict(zip(inspect.signature(model.forward).parameters, xs))
     wrt = [params[n] if n in params else arguments[n] for n in names]
     return dict(zip(names, fxkit.autograd.grad(_total(model(*xs)), wrt)))
@@ -60,6 +60,22 @@ def test_grad_equals_eager_autograd_on_every_zoo_model(name):
     out, grads = gm(*inputs)
     np.testing.assert_array_equal(_total(out).numpy(), _total(model(*inputs)).numpy())
     _assert_grads(grads, _eager(model, inputs, [n for n, _ in model.named_parameters()]))
+
+
+@pytest.mark.parametrize("name", ["digits_net", "lenet", pytest.param("resnet18", marks=pytest.mark.slow)])
+def test_training_mode_zoo_models_follow_eager_autograd(name, rng):
+    model = fxkit.models.get(name)[0].train()  # its own copy: training updates BatchNorm's statistics
+    inputs = [fxkit.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ZOO_SHAPES[name]]
+    gm = grad(model, example_inputs=inputs)
+    compiled = fxkit.compile(gm, backend="numpy", example_inputs=inputs)
+    fxkit.manual_seed(5)  # dropout draws the same masks in each
+    _, grads = gm(*inputs)
+    fxkit.manual_seed(5)
+    _, compiled_grads = compiled(*inputs)
+    fxkit.manual_seed(5)
+    expected = _eager(model, inputs, [n for n, _ in model.named_parameters()])
+    _assert_grads(grads, expected)
+    _assert_grads(compiled_grads, expected)
 
 
 def _compile_params():

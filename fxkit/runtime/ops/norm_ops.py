@@ -37,6 +37,8 @@ def _check_batch_norm(input, running_mean, running_var, weight, bias, training):
     if not training and (running_mean is None or running_var is None):
         raise ShapeError("batch_norm: running_mean and running_var must be given in evaluation mode "
                          "(training=False); pass the running statistics or training=True")
+    if (running_mean is None) != (running_var is None):
+        raise ShapeError("batch_norm: running_mean and running_var must either both be None or neither be None")
     for vec, what in ((running_mean, "running_mean"), (running_var, "running_var"),
                       (weight, "weight"), (bias, "bias")):
         _check_channel_vector("batch_norm", vec, what, channels)

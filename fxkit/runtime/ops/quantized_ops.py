@@ -83,7 +83,7 @@ def multiply_by_quantized_multiplier(xp, acc, multiplier, shift):
     product += xp.where(product >= 0, 1 << 30, 1 - (1 << 30))
     # C's division truncates toward zero; >> floors, so negative values go through their magnitude.
     high = xp.where(product >= 0, product >> 31, -((-product) >> 31))
-    mask = (np.int64(1) << right) - 1
+    mask = (xp.ones_like(right) << right) - 1
     threshold = (mask >> 1) + (high < 0)
     return (high >> right) + ((high & mask) > threshold)
 

@@ -129,7 +129,11 @@ def _extremum(name, binary_op, result, several):
     def impl(xp, a, dim=None, keepdim=False, *, other=None):
         if other is not None or isinstance(dim, xp.ndarray):
             # NOTE: Op.run promotes only for elementwise ops; this form is one, so promote here.
-            a, b = binary_op._promote_inputs([a, dim if other is None else other])
+            b = dim if other is None else other
+            if not (hasattr(a, "dtype") and (hasattr(b, "dtype") or type(b) in (int, float, bool))):
+                raise DTypeError(f"{name}: the elementwise form takes a tensor and a tensor or number, got "
+                                 f"{type(a).__name__} and {type(b).__name__}")
+            a, b = binary_op._promote_inputs([a, b])
             return binary_op.impl(xp, a, b)
         if dim is None:
             _need_elements(a.shape, None, name)
