@@ -11,7 +11,11 @@ Figures (issue 5):
   included, takes <= 5 µs);
 - softmax and LayerNorm over (4096, 1024): numba >= 2x numpy, within 1.5x of torch.compile;
 - ResNet-18 (8x3x64x64) and the Transformer block (8x32x128) end to end: compiled
-  (numpy and numba backends) vs fxkit eager vs PyTorch eager.
+  (numpy and numba backends) vs fxkit eager vs PyTorch eager;
+- on a GPU (when cupy sees one; the peer reports why not otherwise): the chain at 64M
+  float32 elements compiled with the cupy backend (one generated kernel) vs unfused cupy
+  (ten kernels), against the device's copy bandwidth measured in the same run (target:
+  >= 80% of it), and softmax / LayerNorm rows compiled vs fxkit eager on cupy.
 
 Every peer runs in a process of its own (numpy and fxkit eager, fxkit+numba, PyTorch,
 torch.compile): numba's and PyTorch's thread pools would compete for the cores. Times
@@ -32,7 +36,7 @@ sys.path.insert(0, ROOT)
 SIZES = (5, 10_000, 1_000_000, 16_000_000)
 ROWS = (4096, 1024)
 MODELS = {"resnet18": (8, 3, 64, 64), "transformer_block": (8, 32, 128)}
-PEERS = ("numpy", "numba", "torch", "torch.compile")
+PEERS = ("numpy", "numba", "torch", "torch.compile", "cupy")
 
 
 def best(fn, quick, budget=0.5):
@@ -225,6 +229,84 @@ def report(res, notes):
         console.print(f"[yellow]{peer} did not run: {note}[/yellow]")
 
 
+# -- GPU: the cupy backend ------------------------------------------------------------------------
+GPU_CHAIN = 64 * 2**20
+"""Elements of the chain on the GPU (256 MB of float32: far beyond any cache)."""
+
+
+def gpu_best(fn, quick):
+    """Best seconds per call of ``fn`` on the GPU, timed with CUDA events around 10 calls a round."""
+    import cupy
+
+    fn()
+    cupy.cuda.Device().synchronize()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(3 if quick else 10):
+        start.record()
+        for _ in range(10):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3 / 10)
+    return min(times)
+
+
+def bench_cupy(quick):
+    """fxkit compiled with the cupy backend vs unfused cupy and fxkit eager on the GPU."""
+    import fxkit
+    from fxkit import nn, ops
+
+    if not fxkit.cuda.is_available():
+        raise SystemExit("no GPU: fxkit.cuda.is_available() is False (needs cupy and a CUDA device)")
+    import cupy
+
+    x = cupy.asarray(chain_input(GPU_CHAIN))
+    dst = cupy.empty_like(x)
+    res = {"gpu copy GB/s": 2 * x.nbytes / gpu_best(lambda: cupy.copyto(dst, x), quick) / 1e9}
+    res["gpu chain cupy"] = gpu_best(lambda: chain(x), quick)
+    t = fxkit.from_numpy(chain_input(GPU_CHAIN)).to("cuda")
+    res["gpu chain fxkit eager"] = gpu_best(lambda: chain(t), quick)
+    compiled = fxkit.compile(chain, backend="cupy", example_inputs=[t])
+    res["gpu chain fxkit cupy"] = gpu_best(lambda: compiled(t), quick)
+    rows = fxkit.from_numpy(rows_input()).to("cuda")
+    softmax = fxkit.compile(lambda v: ops.softmax(v, dim=-1), backend="cupy", example_inputs=[rows])
+    norm = nn.LayerNorm(ROWS[1]).eval().to("cuda")
+    compiled_norm = fxkit.compile(norm, backend="cupy", example_inputs=[rows])
+    res["gpu softmax fxkit eager"] = gpu_best(lambda: ops.softmax(rows, dim=-1), quick)
+    res["gpu softmax fxkit cupy"] = gpu_best(lambda: softmax(rows), quick)
+    res["gpu layer_norm fxkit eager"] = gpu_best(lambda: norm(rows), quick)
+    res["gpu layer_norm fxkit cupy"] = gpu_best(lambda: compiled_norm(rows), quick)
+    return res
+
+
+def report_gpu(res):
+    """The GPU tables, when the cupy peer ran."""
+    from rich.console import Console
+    from rich.table import Table
+
+    copy = res.get("gpu copy GB/s")
+    if copy is None:
+        return
+    console = Console()
+    fused, unfused = res["gpu chain fxkit cupy"], res["gpu chain cupy"]
+    rate = 2 * 4 * GPU_CHAIN / fused / 1e9
+    table = Table(title=f"GPU: x = x * x ten times, {GPU_CHAIN:,} float32 elements")
+    for col in ("copy GB/s", "fxkit cupy (fused)", "GB/s (>= 80% of copy)", "cupy (unfused)", "fxkit eager",
+                "fused vs unfused"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{copy:.0f}", show(fused), f"{rate:.0f} ({rate / copy:.0%})", show(unfused),
+                  show(res["gpu chain fxkit eager"]), f"{unfused / fused:.1f}x")
+    console.print(table)
+    table = Table(title=f"GPU rows of {ROWS[0]}x{ROWS[1]} float32")
+    for col in ("op", "fxkit eager (cupy)", "fxkit cupy (one kernel)", "speedup"):
+        table.add_column(col, justify="right")
+    for op in ("softmax", "layer_norm"):
+        eager, kernel = res[f"gpu {op} fxkit eager"], res[f"gpu {op} fxkit cupy"]
+        table.add_row(op, show(eager), show(kernel), f"{eager / kernel:.1f}x")
+    console.print(table)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no torch.compile")
@@ -233,7 +315,7 @@ def main():
     if args.peer:
         bench = {"numpy": bench_numpy, "numba": bench_numba,
                  "torch": lambda q: bench_torch(q, compiled=False),
-                 "torch.compile": lambda q: bench_torch(q, compiled=True)}[args.peer]
+                 "torch.compile": lambda q: bench_torch(q, compiled=True), "cupy": bench_cupy}[args.peer]
         print(json.dumps(bench(args.quick)))
         return
     res, notes = {}, {}
@@ -248,6 +330,7 @@ def main():
             figures["copy GB/s (numba process)"] = figures.pop("copy GB/s")
         res.update(figures)
     report(res, notes)
+    report_gpu(res)
 
 
 if __name__ == "__main__":

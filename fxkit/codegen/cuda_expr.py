@@ -163,6 +163,13 @@ class _Translate:
                                 f"which has no C translation")
         return method(node)
 
+    def _operator(self, table, op):
+        try:
+            return table[type(op)]
+        except KeyError:
+            raise LoweringError(f"CUDA kernels: the template of {self.op_name} uses the operator "
+                                f"{type(op).__name__}, which has no C translation") from None
+
     def _floating(self):
         return self.dtype is not None and self.dtype.is_floating_point
 
@@ -182,7 +189,7 @@ class _Translate:
         if isinstance(node.op, ast.Invert):
             sign = "!" if self.dtype is not None and self.dtype.name == "bool" else "~"
         else:
-            sign = {ast.USub: "-", ast.UAdd: "+"}[type(node.op)]
+            sign = self._operator({ast.USub: "-", ast.UAdd: "+"}, node.op)
         # NOTE: a space keeps "- -x" from reading as the decrement operator.
         return Expr(f"{sign}{' ' if operand[:1] in '-+' else ''}{operand}", UNARY)
 
@@ -194,7 +201,7 @@ class _Translate:
         if kind is ast.Div and not self._floating():
             # Python's true division of integers: in double, as numba and numpy compute it.
             left, right = (Expr(f"(double){e.at(UNARY)}", UNARY) for e in (left, right))
-        sign, prec = _BINARY[kind]
+        sign, prec = self._operator(_BINARY, node.op)
         return Expr(f"{left.at(prec)} {sign} {right.at(prec + 1)}", prec)
 
     def visit_Compare(self, node):
@@ -202,7 +209,7 @@ class _Translate:
         left = self(node.left)
         for op, comparator in zip(node.ops, node.comparators):
             right = self(comparator)
-            sign, prec = _COMPARE[type(op)]
+            sign, prec = self._operator(_COMPARE, op)
             parts.append(Expr(f"{left.at(prec)} {sign} {right.at(prec + 1)}", prec))
             left = right
         if len(parts) == 1:

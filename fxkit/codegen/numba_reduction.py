@@ -76,22 +76,24 @@ class _Softmax:
     def operands(self, node):
         return ()
 
-    def emit(self, block, names, buf, dtype, node, emitter):
-        """Statistics after ``buf`` holds the row; returns a function of ``j`` giving the value."""
+    def emit(self, block, names, row, buf, dtype, node, emitter):
+        """Statistics of the row values ``row`` (a 1-d array: an input's row, or ``buf``
+        filled by the prologue); returns a function of ``j`` giving the op's value there.
+        ``buf`` is scratch space of the row's length."""
         m, s, j = names.create_name("m"), names.create_name("s"), names.create_name("j")
         exp = "exp32" if dtype.name == "float32" else "math.exp"
-        block.line(f"{m} = row_max({buf})")
+        block.line(f"{m} = row_max({row})")
         if self.log:
             # NOTE: the exponentials go to a second buffer: the shifted row is the result's first term.
             exps = names.create_name("exps")
             block.line(f"{exps} = np.empty_like({buf})")
             with block.indent(f"for {j} in range({buf}.size):"):
-                block.line(f"{buf}[{j}] = {buf}[{j}] - {m}")
+                block.line(f"{buf}[{j}] = {row}[{j}] - {m}")
                 block.line(f"{exps}[{j}] = {exp}({buf}[{j}])")
             block.line(f"{s} = math.log(row_sum({exps}))")
             return lambda j: f"{buf}[{j}] - {s}"
         with block.indent(f"for {j} in range({buf}.size):"):
-            block.line(f"{buf}[{j}] = {exp}({buf}[{j}] - {m})")
+            block.line(f"{buf}[{j}] = {exp}({row}[{j}] - {m})")
         # NOTE: one reciprocal a row and a multiply an element (eager divides: within 1 ulp).
         block.line(f"{s} = {ast.unparse(typed_constant(1, dtype))} / row_sum({buf})")
         return lambda j: f"{buf}[{j}] * {s}"
@@ -118,18 +120,18 @@ class _LayerNorm:
         args = _bound(node)
         return tuple(args[k] for k in ("weight", "bias") if args[k] is not None)
 
-    def emit(self, block, names, buf, dtype, node, emitter):
+    def emit(self, block, names, row, buf, dtype, node, emitter):
         args = _bound(node)
         mean, rstd = names.create_name("mean"), names.create_name("rstd")
         eps = ast.unparse(typed_constant(args["eps"], dtype))
         one = ast.unparse(typed_constant(1, dtype))
-        size = f"np.{dtype.name}({buf}.size)"  # NOTE: numba widens float32 / int64 to float64
-        block.line(f"{mean} = row_sum({buf}) / {size}")
-        block.line(f"{rstd} = {one} / math.sqrt(row_sum_squares({buf}, {mean}) / {size} + {eps})")
+        size = f"np.{dtype.name}({row}.size)"  # NOTE: numba widens float32 / int64 to float64
+        block.line(f"{mean} = row_sum({row}) / {size}")
+        block.line(f"{rstd} = {one} / math.sqrt(row_sum_squares({row}, {mean}) / {size} + {eps})")
         weight, bias = args["weight"], args["bias"]
 
         def value(j):
-            text = f"({buf}[{j}] - {mean}) * {rstd}"
+            text = f"({row}[{j}] - {mean}) * {rstd}"
             if weight is not None:
                 text = f"{text} * {ast.unparse(emitter.values[weight])}"
             if bias is not None:
@@ -257,14 +259,25 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
                     block.line(f"{local} = {arrays[node]}[{index}]")
                     emitter.bind(node, emitter.name(local))
 
+        source = row.args[0]
+        # An input row read as it is (no prologue, no cast, not broadcast along the row) is reduced
+        # where it lies; otherwise the prologue fills ``buf`` first.
+        direct = (not prologue and source in arrays and metas[source].dtype is dtype
+                  and inner[arrays[source]][-1] == 2)
+
         def row_body(block):
             j = indices[-1]
-            with block.indent(f"for {j} in range({extents[-1]}):"):
-                load(block, _reads(prologue, row, rule, before=True))
-                for node in prologue:
-                    emitter.emit(block, node)
-                block.line(f"{buf}[{j}] = {ast.unparse(emitter.operand(row.args[0], dtype))}")
-            value = rule.emit(block, names, buf, dtype, row, emitter)
+            if direct:
+                values = names.create_name("values")
+                block.line(f"{values} = {arrays[source]}[{', '.join(_outer_index(inner[arrays[source]], indices))}]")
+            else:
+                values = buf
+                with block.indent(f"for {j} in range({extents[-1]}):"):
+                    load(block, _reads(prologue, row, rule, before=True))
+                    for node in prologue:
+                        emitter.emit(block, node)
+                    block.line(f"{buf}[{j}] = {ast.unparse(emitter.operand(source, dtype))}")
+            value = rule.emit(block, names, values, buf, dtype, row, emitter)
             with block.indent(f"for {j} in range({extents[-1]}):"):
                 load(block, _reads(epilogue, row, rule, before=False))
                 local = names.create_name(row.target.name)
@@ -286,6 +299,11 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
         arguments = [view_names.get(name, name) for name in outs + params]
         split = {view_names[name]: 0 for name, dims in views.items() if dims[0] is None}
         emit_launch(module, namespace, "rows", arguments, split, extents, parallel)
+
+
+def _outer_index(view, indices):
+    """The indices selecting one row of a view: each outer index, or 0 where the view broadcasts."""
+    return [i if extent == 2 else "0" for i, extent in zip(indices[:-1], view[:-1])]
 
 
 def _outer(operand_shape, shape, k):

@@ -301,6 +301,10 @@ class Op:
         if mode == "float" and target.category != _FLOAT_CATEGORY:
             target = _dt.default_float
         np_target = target.np
+        if scalars is not None and np_target.kind == "V":
+            # NOTE: ml_dtypes' bfloat16 (kind "V") takes Python floats as float64, not as weak
+            # scalars: bfloat16 + 2.5 would be float32. Give the numbers the tensor's dtype.
+            raw = [np.asarray(r, np_target) if type(r) is float else r for r in raw]
         if uniform and first == np_target:
             return raw
         return [r.astype(np_target) if hasattr(r, "dtype") and type(r) not in _SCALARS and r.dtype != np_target

@@ -49,18 +49,22 @@ class Tensor:
     # -- what every tensor knows ---------------------------------------------
     @property
     def shape(self):
+        """The size of each dimension, a tuple of ints (PyTorch's ``torch.Size``)."""
         return self._data.shape
 
     @property
     def dtype(self):
+        """The element type, an fxkit dtype (``fxkit.float32``)."""
         return _dt._BY_NP[self._data.dtype]
 
     @property
     def ndim(self):
+        """The number of dimensions."""
         return self._data.ndim
 
     @property
     def is_cuda(self):
+        """Whether the tensor lives on a cuda device."""
         return self.device.type == "cuda"
 
     @property
@@ -117,6 +121,7 @@ class Tensor:
 
     @property
     def retains_grad(self):
+        """Whether ``retain_grad()`` was called on this non-leaf tensor."""
         meta = self._grad
         return meta is not None and meta.retains_grad
 
@@ -171,15 +176,19 @@ class Tensor:
         return tensor_api.register_hook(self, hook)
 
     def is_floating_point(self):
+        """Whether the dtype is a floating-point one."""
         return self.dtype.is_floating_point
 
     def element_size(self):
+        """Bytes per element."""
         return self._data.itemsize
 
     def nbytes(self):
+        """Bytes of all the elements."""
         return self._data.nbytes
 
     def data_ptr(self):
+        """The address of the first element (host or device memory)."""
         if self.device.type == "cpu":
             return self._data.__array_interface__["data"][0]
         return self._data.data.ptr
@@ -194,6 +203,7 @@ class Tensor:
         return self._data
 
     def item(self):
+        """The value of a one-element tensor as a Python number."""
         if self._data.size != 1:
             raise ShapeError(
                 f"item(): a Tensor with {self._data.size} elements cannot be converted to a "
@@ -202,12 +212,15 @@ class Tensor:
         return self._data.item()
 
     def tolist(self):
+        """The values as (nested) Python lists of numbers."""
         return self._host().tolist()
 
     def cpu(self):
+        """This tensor on the cpu (itself when it is there already)."""
         return self.to("cpu")
 
     def cuda(self, device=None):
+        """This tensor on a cuda device: ``cuda()``, ``cuda(1)`` or ``cuda("cuda:1")``."""
         return self.to(f"cuda:{device}" if isinstance(device, int) else (device or "cuda"))
 
     def __array__(self, dtype=None, copy=None):

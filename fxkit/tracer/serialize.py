@@ -36,7 +36,7 @@ import zipfile
 import numpy as np
 
 import fxkit.nn
-from fxkit.errors import GraphError
+from fxkit.errors import FxkitError, GraphError
 from fxkit.graph import Graph, GraphModule, Node, SourceLocation, fetch_attr
 from fxkit.graph.call_targets import kind_of, target_kind
 from fxkit.runtime.device import Device
@@ -117,22 +117,35 @@ def load(path, custom_objects=None):
         A GraphModule computing what the saved one computed.
 
     Raises:
-        GraphError: the files are not this format, or name a class or function
-            that is neither fxkit's nor in ``custom_objects``.
+        GraphError: the files are not this format or are damaged, or name a class
+            or function that is neither fxkit's nor in ``custom_objects``, or a
+            call-target kind no imported module registered.
     """
     files = _read(os.fspath(path))
     doc = files["graph.json"]
-    if doc.get("format") != FORMAT or doc.get("version") not in _READABLE:
+    if type(doc) is not dict or doc.get("format") != FORMAT or doc.get("version") not in _READABLE:
+        found = (doc.get("format"), doc.get("version")) if type(doc) is dict else (type(doc).__name__, None)
         raise GraphError(f"load: {path} is not an fxkit GraphModule of version {' or '.join(map(str, _READABLE))} "
-                         f"(format {doc.get('format')!r}, version {doc.get('version')!r})")
-    custom_objects = dict(custom_objects or {})
+                         f"(format {found[0]!r}, version {found[1]!r})")
     try:
         with np.load(io.BytesIO(files["weights.npz"]), allow_pickle=False) as npz:
             weights = {name: npz[f"arr_{i}"] for i, name in enumerate(doc["weights"])}
     except (ValueError, KeyError) as exc:
         raise GraphError(f"load: {path}: weights.npz holds pickled objects or is damaged ({exc}); "
                          f"fxkit never unpickles, so such files cannot be loaded") from None
-    specs = files["modules.json"]
+    try:
+        return _rebuild(doc, files["modules.json"], weights, dict(custom_objects or {}))
+    except FxkitError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        # NOTE: a file of the right format and version whose structure is broken (a missing
+        # field, a list where a dict belongs) fails in plain Python; say which file it was.
+        raise GraphError(f"load: {path}: graph.json or modules.json is damaged ({type(exc).__name__}: {exc}); "
+                         f"save the module again with fxkit.save") from exc
+
+
+def _rebuild(doc, specs, weights, custom_objects):
+    """The GraphModule described by a loaded ``graph.json`` (``doc``) and ``modules.json`` (``specs``)."""
     root = {}
     for qualname, spec in specs.items():
         root[qualname] = _build_module(qualname, spec, weights, custom_objects)

@@ -5,7 +5,7 @@ import copy
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 
 import fxkit
 from fxkit import ops
@@ -154,6 +154,7 @@ def template_kernels(host):
     return sources
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_every_template_compiles_with_nvcc(template_kernels):
     nvcc_check(template_kernels)
@@ -337,7 +338,9 @@ def test_zoo_models_with_cupy_kernels_on_the_cpu_match_eager(name, host, rng):
 @RANDOM
 @given(programs(kinds=("elementwise", "elementwise", "elementwise", "reduction", "view", "matmul")))
 def test_random_programs_with_cupy_kernels_on_the_cpu_match_eager(host, program):
-    compiled = fxkit.compile(program.graph_module(), backend=HostCupyBackend(host), example_inputs=program.inputs)
+    backend = HostCupyBackend(host)
+    compiled = fxkit.compile(program.graph_module(), backend=backend, example_inputs=program.inputs)
+    event(f"{len(backend.sources)} kernels")
     expected = program.expected
     assert_close(compiled(*program.inputs), expected, rtol=1e-5, atol=1e-5 * _scale(expected))
     # the same values through non-contiguous views: the same specialisation, kernel_strided

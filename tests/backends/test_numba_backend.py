@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 import fxkit
 from fxkit import nn, ops
+from fxkit.backends.numba_launch import KernelCall
 from fxkit.codegen.numba_kernel import PARALLEL_MIN
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.transforms.fused_op import FusedOp
@@ -31,7 +32,7 @@ def chain(x):
 def kernel_calls(compiled):
     """The KernelCall objects the last specialisation's generated code calls, by name."""
     return {name: value for name, value in compiled._last.lowered.fn.__globals__.items()
-            if type(value).__name__ == "KernelCall"}
+            if isinstance(value, KernelCall)}
 
 
 def called_ops(compiled):
@@ -49,6 +50,7 @@ def _scale(out):
     return max(float(np.abs(t.numpy()).max()) for t in tensors)
 
 
+@pytest.mark.slow  # numba compiles each model's kernels (seconds, the first time)
 @pytest.mark.parametrize("name", zoo_params())
 def test_zoo_models_match_eager(name, rng):
     model, _ = zoo_model(name)
@@ -61,6 +63,7 @@ def test_zoo_models_match_eager(name, rng):
     assert compiled.compile_count == 1
 
 
+@pytest.mark.slow
 def test_a_new_shape_compiles_once_then_hits_the_cache(rng):
     compiled = fxkit.compile(chain, backend="numba")
     small, large = (fxkit.from_numpy((rng.random(s) * 0.02 + 0.99).astype(np.float32)) for s in ((4, 3), (8, 3)))
@@ -70,6 +73,7 @@ def test_a_new_shape_compiles_once_then_hits_the_cache(rng):
     assert compiled.stats.cache_hits == 2
 
 
+@pytest.mark.slow
 def test_the_seed_chain_is_one_kernel_in_both_size_classes(rng):
     for n in (5, PARALLEL_MIN):  # serial, and parallel over the thread pool
         x = fxkit.from_numpy((rng.random(n) * 0.02 + 0.99).astype(np.float32))
@@ -80,6 +84,7 @@ def test_the_seed_chain_is_one_kernel_in_both_size_classes(rng):
     assert "numba.prange" in compiled.kernel_sources()["fused_0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 def test_softmax_with_its_neighbours_is_one_kernel(name, rng):
     def attention(q, k, mask, res):
@@ -99,6 +104,7 @@ def test_softmax_with_its_neighbours_is_one_kernel(name, rng):
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_layer_norm_and_the_gelu_tail_are_one_kernel_each(rng):
     model = nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)).eval()
     x = randn(rng, 4, 10, 64)
@@ -115,6 +121,7 @@ def test_layer_norm_and_the_gelu_tail_are_one_kernel_each(rng):
     np.testing.assert_allclose(got.numpy(), v @ w["3.weight"].T + w["3.bias"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_row_groups_leave_shared_producers_and_impure_neighbours_alone(rng):
     def f(x):
         y = x + 1.0
@@ -132,6 +139,7 @@ def test_row_groups_leave_shared_producers_and_impure_neighbours_alone(rng):
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_splitting_the_bias_off_linear_keeps_results_bit_identical(rng):
     model = nn.Sequential(nn.Linear(16, 32), nn.Tanh()).eval()
     x = randn(rng, 5, 16)
@@ -180,6 +188,7 @@ def test_outputs_a_caller_keeps_are_never_overwritten(rng):
     assert len(addresses) == 1  # results dropped at once give their memory back
 
 
+@pytest.mark.slow
 def test_non_contiguous_inputs_use_the_strided_kernel(rng):
     compiled = fxkit.compile(lambda x, y: ops.tanh(x) * y + x, backend="numba")
     x = fxkit.from_numpy(rng.standard_normal((16, 8)).astype(np.float32).T)
@@ -189,6 +198,16 @@ def test_non_contiguous_inputs_use_the_strided_kernel(rng):
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6)
     (call,) = kernel_calls(compiled).values()
     assert call.compiled_signatures()["kernel_strided"]
+
+
+def test_row_kernels_copy_non_contiguous_inputs(rng):
+    compiled = fxkit.compile(lambda x: ops.log_softmax(x, dim=-1), backend="numba")
+    x = fxkit.from_numpy(rng.standard_normal((9, 6)).astype(np.float32).T)
+    v = x.numpy().astype(np.float64)
+    shifted = v - v.max(-1, keepdims=True)
+    expected = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    np.testing.assert_allclose(compiled(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert fused_bodies(compiled) == [["log_softmax"]]
 
 
 def test_groups_numba_cannot_run_fall_back_to_numpy(rng):

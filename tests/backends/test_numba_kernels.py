@@ -92,6 +92,7 @@ def _extrema(a, b):
     return maximum(a, b), minimum(a, b)
 
 
+@pytest.mark.slow
 def test_maximum_and_minimum_propagate_nan_from_either_side():
     for a, b in ((np.nan, 1.0), (1.0, np.nan)):
         assert all(np.isnan(v) for v in _extrema(a, b))
@@ -177,6 +178,7 @@ def test_broadcast_operands_read_index_zero_and_shapes_stay_out_of_the_source():
     assert other.source == source.source  # one compiled kernel serves both shapes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "broadcast"])
 def test_kernels_take_any_strides(layout, rng):
     body = Graph()
@@ -211,6 +213,7 @@ def _softmax64(v, log):
     return shifted - lse if log else np.exp(shifted - lse)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 def test_softmax_rows_with_prologue_and_epilogue(name, dtype, rng):
@@ -224,6 +227,7 @@ def test_softmax_rows_with_prologue_and_epilogue(name, dtype, rng):
     np.testing.assert_allclose(got, expected, rtol=2e-6 if dtype == np.float32 else 1e-12, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_layer_norm_rows_over_two_trailing_dims(rng):
     x = rng.standard_normal((5, 3, 8)).astype(np.float32) * 3 + 1
     w, b = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal((3, 8)).astype(np.float32)
@@ -237,6 +241,7 @@ def test_layer_norm_rows_over_two_trailing_dims(rng):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_rows_with_nan_inf_and_empty_rows(rng):
     x = rng.standard_normal((4, 6)).astype(np.float32)
     x[1, 2] = np.nan

@@ -67,6 +67,8 @@ def test_result_type_with_python_number_matches_torch(torch, a, scalar):
 
 
 def _to_torch(torch, array):
+    if array.dtype.name == "bfloat16":  # torch.from_numpy does not know ml_dtypes' bfloat16
+        return torch.from_numpy(np.array(array, np.float32, order="C")).to(torch.bfloat16)
     return torch.from_numpy(np.array(array, order="C"))
 
 

@@ -312,3 +312,10 @@ def test_missing_or_damaged_files_are_named(tmp_path):
     (tmp_path / "m" / "modules.json").write_text("{not json")
     with pytest.raises(fxkit.GraphError, match=r"modules.json is no valid JSON \(.*\); the file is damaged"):
         fxkit.load(tmp_path / "m")
+    (tmp_path / "m" / "modules.json").write_text("{}")
+    doc = json.loads((tmp_path / "m" / "graph.json").read_text())
+    del doc["nodes"][1]["op"]
+    _write(tmp_path, doc)
+    with pytest.raises(fxkit.GraphError, match=r"graph.json or modules.json is damaged \(KeyError: 'op'\); save the "
+                                               r"module again"):
+        fxkit.load(tmp_path / "m")

@@ -22,35 +22,8 @@ def _index(idx, size, owner):
     return idx % size
 
 
-class Sequential(Module):
-    """Modules run one after the other, each on the previous one's output.
-
-    Example:
-        >>> model = nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.Conv2d(20, 64, 5))
-        >>> model[0]
-        Conv2d(1, 20, kernel_size=(5, 5), stride=(1, 1))
-        >>> nn.Sequential(OrderedDict([("fc", nn.Linear(4, 2))])).fc
-        Linear(in_features=4, out_features=2, bias=True)
-    """
-
-    def __init__(self, *args):
-        super().__init__()
-        if len(args) == 1 and isinstance(args[0], (dict, OrderedDict)):
-            for key, module in args[0].items():
-                self.add_module(key, module)
-        else:
-            for idx, module in enumerate(args):
-                self.add_module(str(idx), module)
-
-    def forward(self, input):
-        for module in self._modules.values():
-            input = module(input)
-        return input
-
-    def __getitem__(self, idx):
-        if isinstance(idx, slice):
-            return type(self)(OrderedDict(list(self._modules.items())[idx]))
-        return list(self._modules.values())[_index(idx, len(self._modules), type(self).__name__)]
+class _Positional(Module):
+    """What `Sequential` and `ModuleList` share: children in order, reached by position."""
 
     def __setitem__(self, idx, module):
         key = list(self._modules)[_index(idx, len(self._modules), type(self).__name__)]
@@ -73,12 +46,51 @@ class Sequential(Module):
     def __iter__(self):
         return iter(self._modules.values())
 
+    def pop(self, idx):
+        """Remove the module at position ``idx`` and return it."""
+        module = self[idx]
+        del self[idx]
+        return module
+
+
+class Sequential(_Positional):
+    """Modules run one after the other, each on the previous one's output.
+
+    Example:
+        >>> model = nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.Conv2d(20, 64, 5))
+        >>> model[0]
+        Conv2d(1, 20, kernel_size=(5, 5), stride=(1, 1))
+        >>> nn.Sequential(OrderedDict([("fc", nn.Linear(4, 2))])).fc
+        Linear(in_features=4, out_features=2, bias=True)
+    """
+
+    def __init__(self, *args):
+        super().__init__()
+        if len(args) == 1 and isinstance(args[0], (dict, OrderedDict)):
+            for key, module in args[0].items():
+                self.add_module(key, module)
+        else:
+            for idx, module in enumerate(args):
+                self.add_module(str(idx), module)
+
+    def forward(self, input):
+        """Run the modules in order, each on the previous one's output."""
+        for module in self._modules.values():
+            input = module(input)
+        return input
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)(OrderedDict(list(self._modules.items())[idx]))
+        return list(self._modules.values())[_index(idx, len(self._modules), type(self).__name__)]
+
     def append(self, module):
         """Add ``module`` at the end; returns self."""
         self.add_module(str(len(self)), module)
         return self
 
     def extend(self, modules):
+        """Append each module of ``modules``; returns self."""
         for module in modules:
             self.append(module)
         return self
@@ -97,13 +109,8 @@ class Sequential(Module):
         self.__dict__["_modules"] = {str(i): m for i, m in enumerate(items)}
         return self
 
-    def pop(self, idx):
-        module = self[idx]
-        del self[idx]
-        return module
 
-
-class ModuleList(Module):
+class ModuleList(_Positional):
     """A list of modules whose parameters are registered (a Python list's are not).
 
     Example:
@@ -122,25 +129,6 @@ class ModuleList(Module):
             return type(self)(list(self._modules.values())[idx])
         return self._modules[str(_index(idx, len(self._modules), type(self).__name__))]
 
-    def __setitem__(self, idx, module):
-        setattr(self, str(_index(idx, len(self._modules), type(self).__name__)), module)
-
-    def __delitem__(self, idx):
-        keys = list(self._modules)
-        if isinstance(idx, slice):
-            doomed = keys[idx]
-        else:
-            doomed = [keys[_index(idx, len(keys), type(self).__name__)]]
-        for key in doomed:
-            delattr(self, key)
-        self.__dict__["_modules"] = {str(i): m for i, m in enumerate(self._modules.values())}
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
     def __iadd__(self, modules):
         return self.extend(modules)
 
@@ -148,10 +136,12 @@ class ModuleList(Module):
         return type(self)(list(self) + list(other))
 
     def append(self, module):
+        """Add ``module`` at the end; returns self."""
         self.add_module(str(len(self)), module)
         return self
 
     def extend(self, modules):
+        """Append each module of the iterable ``modules``; returns self."""
         if isinstance(modules, (Module, str)) or not hasattr(modules, "__iter__"):
             raise TypeError(f"ModuleList.extend should be called with an iterable of modules, "
                             f"got {type(modules).__name__}")
@@ -160,16 +150,12 @@ class ModuleList(Module):
         return self
 
     def insert(self, index, module):
+        """Put ``module`` before position ``index``."""
         items = list(self._modules.values())
         items.insert(index, module)
         self.__dict__["_modules"] = {}
         for i, m in enumerate(items):
             self.add_module(str(i), m)
-
-    def pop(self, idx):
-        module = self[idx]
-        del self[idx]
-        return module
 
     def __repr__(self):
         # PyTorch folds runs of identical children: "(0-2): 3 x Linear(...)".
@@ -222,20 +208,25 @@ class ModuleDict(Module):
         return key in self._modules
 
     def clear(self):
+        """Remove every module."""
         self._modules.clear()
 
     def pop(self, key):
+        """Remove the module under ``key`` and return it."""
         module = self[key]
         del self[key]
         return module
 
     def keys(self):
+        """The keys, in insertion order."""
         return self._modules.keys()
 
     def items(self):
+        """``(key, module)`` pairs, in insertion order."""
         return self._modules.items()
 
     def values(self):
+        """The modules, in insertion order."""
         return self._modules.values()
 
     def update(self, modules):

@@ -197,10 +197,12 @@ class Module:
                 yield from module.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
 
     def modules(self, remove_duplicate=True):
+        """This module and every submodule, depth first (each once)."""
         for _, module in self.named_modules(remove_duplicate=remove_duplicate):
             yield module
 
     def named_children(self):
+        """``(name, module)`` of the direct submodules."""
         seen = set()
         for name, module in self._modules.items():
             if module is not None and id(module) not in seen:
@@ -208,6 +210,7 @@ class Module:
                 yield name, module
 
     def children(self):
+        """The direct submodules."""
         for _, module in self.named_children():
             yield module
 
@@ -227,13 +230,16 @@ class Module:
         return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
+        """Every parameter of this module (and its submodules when ``recurse``), each once."""
         for _, param in self.named_parameters(recurse=recurse):
             yield param
 
     def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        """``(qualified name, tensor)`` of every buffer, like `named_parameters`."""
         return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
+        """Every buffer of this module (and its submodules when ``recurse``)."""
         for _, buf in self.named_buffers(recurse=recurse):
             yield buf
 
@@ -329,6 +335,7 @@ class Module:
         return self.train(False)
 
     def requires_grad_(self, requires_grad=True):
+        """Set ``requires_grad`` on every parameter; returns self."""
         for param in self.parameters():
             param.requires_grad = requires_grad
         return self
@@ -377,21 +384,26 @@ class Module:
         return self._apply(convert)
 
     def cuda(self, device=None):
+        """Move parameters and buffers to a cuda device (``cuda`` or ``cuda:N``); returns self."""
         return self.to(f"cuda:{device}" if isinstance(device, int) else (device or "cuda"))
 
     def cpu(self):
+        """Move parameters and buffers to the cpu; returns self."""
         return self.to("cpu")
 
     def _cast_floats(self, dtype):
         return self._apply(lambda t: t.to(dtype) if t._data.dtype.kind == "f" else t)
 
     def float(self):
+        """Cast floating-point parameters and buffers to float32; returns self."""
         return self._cast_floats(_dt.float32)
 
     def double(self):
+        """Cast floating-point parameters and buffers to float64; returns self."""
         return self._cast_floats(_dt.float64)
 
     def half(self):
+        """Cast floating-point parameters and buffers to float16; returns self."""
         return self._cast_floats(_dt.float16)
 
     # -- printing -------------------------------------------------------------------

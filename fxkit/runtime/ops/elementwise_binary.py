@@ -98,6 +98,15 @@ def _check_int_divisor(xp, name, b):
         raise ValueRangeError(f"{name}: integer division by zero; cast to float for inf/nan results")
 
 
+def _check_division(xp, name, a, b):
+    """``floor_divide`` and ``remainder`` refuse bools and integer division by zero."""
+    kind = _kind(a, b)
+    if kind == "b":
+        raise _bool_error(name)
+    if kind in ("i", "u"):
+        _check_int_divisor(xp, name, b)
+
+
 @op("div", kind="elementwise", promote="common", template=_div_template, shape_rule=_div_rule)
 def div(xp, a, b, rounding_mode=None):
     """``a / b``.
@@ -129,22 +138,14 @@ def div(xp, a, b, rounding_mode=None):
 @op("floor_divide", kind="elementwise", promote="common", template="floor_divide(a, b)")
 def floor_divide(xp, a, b):
     """``a // b``, rounded toward -inf (``div(a, b, rounding_mode='floor')``)."""
-    kind = _kind(a, b)
-    if kind == "b":
-        raise _bool_error("floor_divide")
-    if kind in ("i", "u"):
-        _check_int_divisor(xp, "floor_divide", b)
+    _check_division(xp, "floor_divide", a, b)
     return xp.floor_divide(a, b)
 
 
 @op("remainder", kind="elementwise", promote="common", template="remainder(a, b)")
 def remainder(xp, a, b):
     """Python's modulus ``a - floor(a / b) * b``: the result has the sign of ``b``."""
-    kind = _kind(a, b)
-    if kind == "b":
-        raise _bool_error("remainder")
-    if kind in ("i", "u"):
-        _check_int_divisor(xp, "remainder", b)
+    _check_division(xp, "remainder", a, b)
     return xp.remainder(a, b)
 
 

@@ -268,8 +268,9 @@ class HistogramObserver(ObserverBase):
     chooses how much to clip:
 
     * ``"mse"``: the range (searched over a grid of shrunken minima and maxima)
-      minimising the expected squared error over the histogram: the rounding
-      error ``scale**2 / 12`` inside the range, the clipping error outside.
+      minimising the squared error of quantizing the histogram's bin centres
+      (clipping outside the range, rounding inside; ``scale**2 / 12`` for a grid
+      finer than the bins).
     * ``"percentile"``: the range between the ``100 - percentile`` and
       ``percentile`` percentiles of the observed values.
 
@@ -323,6 +324,7 @@ class HistogramObserver(ObserverBase):
 
     def _mse_range(self, counts, edges, low, high):
         centers = (edges[:-1] + edges[1:]) / 2
+        width = edges[1] - edges[0]
         shrink = np.linspace(1.0, 0.1, 31)
         if self.qscheme.endswith("symmetric"):
             bound = max(-float(low), float(high))
@@ -333,10 +335,12 @@ class HistogramObserver(ObserverBase):
         scale, zero_point = qparams_from_range(lows.astype(np.float32), highs.astype(np.float32), self.dtype,
                                                self.qscheme, self.quant_min, self.quant_max)
         scale, zero_point = scale.astype(np.float64)[:, None], zero_point[:, None]
-        floor, ceiling = (self.quant_min - zero_point) * scale, (self.quant_max - zero_point) * scale
-        clipped = np.clip(centers, floor, ceiling)
-        error = (counts * ((centers - clipped) ** 2 + scale ** 2 / 12)).sum(axis=1)
-        best = int(np.argmin(error))  # the first minimum: the widest range among equals
+        q = np.clip(np.rint(centers / scale + zero_point), self.quant_min, self.quant_max)
+        error = (centers - (q - zero_point) * scale) ** 2  # clipping and rounding of each bin's values
+        # NOTE: a grid finer than the bins rounds a bin's values all ways: the uniform error scale**2 / 12.
+        inside = (q > self.quant_min) & (q < self.quant_max)
+        error = np.where(inside & (scale < width), scale ** 2 / 12, error)
+        best = int(np.argmin((counts * error).sum(axis=1)))  # the first minimum: the widest range among equals
         return np.float32(lows[best]), np.float32(highs[best])
 
     def extra_repr(self):

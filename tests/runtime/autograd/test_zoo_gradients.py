@@ -98,10 +98,13 @@ def test_classifier_loss_gradients_match_torch(rng):
 
 @pytest.mark.slow
 def test_train_mode_batchnorm_gradients_match_torch_on_resnet18(rng):
+    # NOTE: in float64. Through train-mode BatchNorm over few elements per channel (batch 4 at
+    # 4x4 in layer3) float32 gradients of the two libraries drift apart by up to ~2% on some
+    # draws from summation order alone; float64 checks the formulas, not the rounding.
     model, reference, _ = _pair("resnet18")
-    model.train()
-    reference.train()
-    _compare(model, reference, [(rng.random((4, 3, 64, 64)) * 2 - 1).astype(np.float32)])
+    model.double().train()
+    reference.double().train()
+    _compare(model, reference, [rng.random((4, 3, 64, 64)) * 2 - 1])
     np.testing.assert_allclose(model.layer1[0].bn1.running_mean.numpy(),
                                reference.layer1[0].bn1.running_mean.numpy(), rtol=1e-4, atol=1e-6)
 
