@@ -41,6 +41,7 @@ _find_proxy = tracing_hook.find_proxy
 _GRAD = _grad_mode.ENABLED
 _SCALARS = (int, float, bool)
 _FLOAT_CATEGORY = 2
+_new = object.__new__
 # What numpy/cupy (and plain Python inside an impl) raise on inputs an op cannot take:
 # `Op._explain` turns them into fxkit errors naming the op and its inputs.
 _LIBRARY_ERRORS = (ValueError, TypeError, IndexError, AttributeError, ArithmeticError)
@@ -131,9 +132,10 @@ class Op:
                 if a._grad is not None:
                     tracked = True
                 d = a._data
+                dt = d.dtype
                 if first is None:
-                    first = d.dtype
-                elif uniform and d.dtype != first:
+                    first = dt
+                elif dt is not first and uniform and dt != first:  # identity first: dtypes are shared
                     uniform = False
                 raw.append(d)
             elif type(a) in _SCALARS:
@@ -156,8 +158,12 @@ class Op:
             raise
         except _LIBRARY_ERRORS as exc:
             raise self._explain(exc, args, kwargs) from exc
-        if type(out) is np.ndarray:
-            return Tensor._make(out, device)
+        if type(out) is np.ndarray:  # Tensor._make, inlined
+            t = _new(Tensor)
+            t._data = out
+            t.device = device
+            t._grad = None
+            return t
         return _wrap(out, device)
 
     def run(self, args, kwargs):

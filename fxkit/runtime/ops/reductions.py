@@ -70,7 +70,8 @@ def sum(xp, a, dim=None, keepdim=False, dtype=None):  # noqa: A001
     """Sum over ``dim``; integer and bool inputs sum to int64 like PyTorch."""
     axes = normalize_dims(dim, a.ndim, "sum")
     out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
-    return xp.sum(a, axis=axes, keepdims=keepdim, dtype=out)
+    # NOTE: the array's method, not xp.sum: numpy's wrapper costs more than the sum of a small tensor.
+    return a.sum(axis=axes, keepdims=keepdim, dtype=out)
 
 
 def _prod_rule(a, dim=None, keepdim=False, dtype=None):
@@ -82,7 +83,7 @@ def prod(xp, a, dim=None, keepdim=False, dtype=None):
     """Product over ``dim``; the product of nothing is 1; integers and bools give int64."""
     axes = normalize_dims(dim, a.ndim, "prod")
     out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
-    return xp.prod(a, axis=axes, keepdims=keepdim, dtype=out)
+    return a.prod(axis=axes, keepdims=keepdim, dtype=out)
 
 
 def _mean_dtype(dtype, explicit):
@@ -137,13 +138,13 @@ def _extremum(name, binary_op, result, several):
             return binary_op.impl(xp, a, b)
         if dim is None:
             _need_elements(a.shape, None, name)
-            return getattr(xp, name)(a)
+            return getattr(a, name)()
         axis = single_dim(dim, a.ndim, name, several)
         if a.ndim == 0:
             return result(a.copy(), xp.zeros((), dtype=np.int64))
         _need_elements(a.shape, (axis,), name)
-        return result(getattr(xp, name)(a, axis=axis, keepdims=keepdim),
-                      getattr(xp, "arg" + name)(a, axis=axis, keepdims=keepdim))
+        return result(getattr(a, name)(axis=axis, keepdims=keepdim),
+                      getattr(a, "arg" + name)(axis=axis, keepdims=keepdim))
 
     impl.__name__ = name
     impl.__doc__ = (f"``{name}(x)``: the {name}imum as a 0-d tensor; ``{name}(x, dim, keepdim=False)``: "
@@ -169,7 +170,7 @@ def amax(xp, a, dim=(), keepdim=False):
     axes = normalize_dims(dim, a.ndim, "amax")
     if a.size == 0:
         _need_elements(a.shape, axes, "amax")
-    return xp.amax(a, axis=axes, keepdims=keepdim)
+    return a.max(axis=axes, keepdims=keepdim)
 
 
 @op("amin", kind="reduction", shape_rule=_amax_rule("amin"))
@@ -178,7 +179,7 @@ def amin(xp, a, dim=(), keepdim=False):
     axes = normalize_dims(dim, a.ndim, "amin")
     if a.size == 0:
         _need_elements(a.shape, axes, "amin")
-    return xp.amin(a, axis=axes, keepdims=keepdim)
+    return a.min(axis=axes, keepdims=keepdim)
 
 
 def _argmax_rule(name):

@@ -109,8 +109,11 @@ def convert(prepared, report=True, console=None):
         converter.run()
     gm.graph.eliminate_dead_code()
     still_read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    called = {n.target for n in gm.graph.nodes if n.op == "call" and isinstance(n.target, str)}
     for target in attributes - still_read:
-        _delete_attribute(gm, target)
+        owner = target.rpartition(".")[0]
+        if not any(c == owner or c.startswith(owner + ".") or owner.startswith(c + ".") for c in called if owner):
+            _delete_attribute(gm, target)  # a float weight the integer kernel replaced
     gm.delete_all_unused_submodules()
     gm.graph.lint()
     gm.recompile()
