@@ -65,6 +65,8 @@ class Op:
         pure: False for ops with effects or randomness; never removed or merged.
         factory: True for ops that create tensors from no tensor (``zeros``);
             they take ``device=`` and ``dtype=``.
+        operands: for elementwise ops, how many leading arguments are tensor operands
+            (tensors or numbers; anything else is refused before numpy sees it).
     """
 
     __slots__ = ("name", "kind", "impl", "shape_rule", "promote", "template", "method",

@@ -3,7 +3,6 @@ in-place variants. The tracer's Proxy installs the same `OPERATORS` table, so
 ``x + y`` on a tensor and on a proxy is the same `Op`.
 """
 from fxkit.errors import DTypeError
-from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.registry import all_ops, get_op
 from fxkit.runtime.tensor import Tensor
 
