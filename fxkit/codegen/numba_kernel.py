@@ -85,14 +85,12 @@ class KernelSource(NamedTuple):
         header: the comment mapping its names to graph nodes (shown, not compiled).
         inputs: per kernel input, the `TensorMeta` of an array or the Python type of a scalar.
         outputs: the `TensorMeta` of each output, in the fused op's result order.
-        contiguous_only: True when only ``kernel`` exists (callers make inputs contiguous).
     """
 
     source: str
     header: str
     inputs: tuple
     outputs: tuple
-    contiguous_only: bool = False
 
     @property
     def text(self):

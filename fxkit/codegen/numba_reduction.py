@@ -170,7 +170,8 @@ def row_kernel(fused, args, names=None):
         names: the graph's names of the inputs, for the leading comment.
 
     Returns:
-        A contiguous-only `KernelSource` with the entry point ``kernel(out0, ..., x0, ...)``.
+        A `KernelSource` with the one entry point ``kernel(out0, ..., x0, ...)``, for
+        C-contiguous arrays (`fxkit.backends.numba_launch.KernelCall` copies others).
 
     Raises:
         LoweringError: the group is no row kernel (an operand mixing full and
@@ -201,7 +202,7 @@ def row_kernel(fused, args, names=None):
     _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue)
     inputs = tuple(metas[n] if isinstance(metas[n], TensorMeta) else type(metas[n]) for n in placeholders)
     header = kernel_header(fused, placeholders, names)
-    return KernelSource(str(module), header, inputs, tuple(metas[r] for r in results), contiguous_only=True)
+    return KernelSource(str(module), header, inputs, tuple(metas[r] for r in results))
 
 
 def _check(row, k, dtype, shape, prologue, epilogue, results, arrays, metas):

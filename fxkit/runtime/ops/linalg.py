@@ -5,7 +5,8 @@ These are the hot ops of most models, so the eager path does no shape
 arithmetic of its own: it lets ``xp.matmul`` run and only on its failure
 works out PyTorch's error message from the shapes (``_matmul_shape``).
 Operands must share a dtype, as in PyTorch (numpy would silently upcast
-``float32 @ float64`` to float64).
+``float32 @ float64`` to float64). bfloat16 operands multiply in float32 on BLAS
+and the result is rounded once (`low_precision.run_in_float32`), like PyTorch's.
 """
 import math
 
@@ -14,6 +15,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.einsum_plan import cached_plan, contract, plan_einsum
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 
 
 def _dims(shape):
@@ -79,6 +81,8 @@ def matmul(xp, a, b):
     """Matrix product with numpy's broadcasting of batch dimensions (``a @ b``)."""
     if a.dtype != b.dtype:
         raise _dt_error("matmul", a.dtype, b.dtype)
+    if a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(matmul.impl, xp, a, b)
     try:
         return xp.matmul(a, b)
     except ValueError:
@@ -102,6 +106,8 @@ def mm(xp, a, b):
         _mm_shape("mm", a.shape, b.shape)
     if a.dtype != b.dtype:
         raise _dt_error("mm", a.dtype, b.dtype)
+    if a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(mm.impl, xp, a, b)
     return xp.matmul(a, b)
 
 
@@ -124,6 +130,8 @@ def bmm(xp, a, b):
         _bmm_shape("bmm", a.shape, b.shape)
     if a.dtype != b.dtype:
         raise _dt_error("bmm", a.dtype, b.dtype)
+    if a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(bmm.impl, xp, a, b)
     return xp.matmul(a, b)
 
 
@@ -162,6 +170,8 @@ def linear(xp, x, weight, bias=None):
     """
     if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
         raise _dt_error("linear", *(t.dtype for t in (x, weight, bias) if t is not None))
+    if x.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(linear.impl, xp, x, weight, bias)
     try:
         out = xp.matmul(x, weight.T)
     except ValueError:
@@ -215,6 +225,8 @@ def addmm(xp, inp, a, b, *, beta=1, alpha=1):
         raise _dt_error("addmm", inp.dtype, a.dtype, b.dtype)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         _mm_shape("addmm", a.shape, b.shape)
+    if a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(addmm.impl, xp, inp, a, b, beta=beta, alpha=alpha)
     return _scaled_product(xp, "addmm", inp, xp.matmul(a, b), beta, alpha)
 
 
@@ -231,6 +243,8 @@ def baddbmm(xp, inp, a, b, *, beta=1, alpha=1):
         raise _dt_error("baddbmm", inp.dtype, a.dtype, b.dtype)
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         _bmm_shape("baddbmm", a.shape, b.shape)
+    if a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(baddbmm.impl, xp, inp, a, b, beta=beta, alpha=alpha)
     return _scaled_product(xp, "baddbmm", inp, xp.matmul(a, b), beta, alpha)
 
 
@@ -266,4 +280,6 @@ def einsum(xp, equation, *operands):
     if any(o.dtype != operands[0].dtype for o in operands[1:]):
         raise _dt_error("einsum", *(o.dtype for o in operands))
     _refuse_bool(operands[0].dtype)
+    if operands[0].dtype.kind == BFLOAT16_KIND:  # np.einsum has no bfloat16 loops
+        return run_in_float32(einsum.impl, xp, equation, *operands)
     return contract(xp, cached_plan(equation, tuple(o.shape for o in operands)), operands)

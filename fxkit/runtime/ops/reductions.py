@@ -5,6 +5,8 @@ and products accumulate in int64, ``mean``/``var``/``norm`` need floating
 inputs, indices are int64, and ``max``/``min`` with a ``dim`` return a
 ``(values, indices)`` named tuple. Reductions without an identity (``max``,
 ``argmax``, ``amax``) refuse an empty reduced dimension with PyTorch's message.
+bfloat16 accumulates in float32 and is rounded once, as in PyTorch (numpy would
+accumulate in bfloat16: see `low_precision`).
 """
 import math
 import warnings
@@ -18,6 +20,7 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.dims import normalize_dims, reduced_shape, single_dim
 from fxkit.runtime.ops.elementwise_binary import maximum, minimum
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, accumulated, run_in_float32
 
 # ``torch.return_types.max`` / ``min``: ``values, indices = x.max(1)``.
 MaxResult = namedtuple("max", ("values", "indices"))
@@ -70,6 +73,8 @@ def sum(xp, a, dim=None, keepdim=False, dtype=None):  # noqa: A001
     """Sum over ``dim``; integer and bool inputs sum to int64 like PyTorch."""
     axes = normalize_dims(dim, a.ndim, "sum")
     out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
+    if out.kind == BFLOAT16_KIND:
+        return accumulated(xp.sum, a, out, axis=axes, keepdims=keepdim)
     # NOTE: the array's method, not xp.sum: numpy's wrapper costs more than the sum of a small tensor.
     return a.sum(axis=axes, keepdims=keepdim, dtype=out)
 
@@ -83,6 +88,8 @@ def prod(xp, a, dim=None, keepdim=False, dtype=None):
     """Product over ``dim``; the product of nothing is 1; integers and bools give int64."""
     axes = normalize_dims(dim, a.ndim, "prod")
     out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
+    if out.kind == BFLOAT16_KIND:
+        return accumulated(xp.prod, a, out, axis=axes, keepdims=keepdim)
     return a.prod(axis=axes, keepdims=keepdim, dtype=out)
 
 
@@ -105,11 +112,13 @@ def mean(xp, a, dim=None, keepdim=False, dtype=None):
     The mean of nothing is NaN, as in PyTorch.
     """
     out = _mean_dtype(_dt.from_numpy(a.dtype), dtype).np
-    if a.dtype != out:
-        a = a.astype(out)
     axes = normalize_dims(dim, a.ndim, "mean")
     if a.size == 0:
         return xp.full(reduced_shape(a.shape, dim, keepdim, "mean"), xp.nan, dtype=out)
+    if out.kind == BFLOAT16_KIND:
+        return accumulated(xp.mean, a, out, axis=axes, keepdims=keepdim)
+    if a.dtype != out:
+        a = a.astype(out)
     return xp.mean(a, axis=axes, keepdims=keepdim)
 
 
@@ -249,6 +258,8 @@ def cumsum(xp, a, dim, dtype=None):
     out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
     if a.ndim == 0:
         return a.astype(out)
+    if out.kind == BFLOAT16_KIND:
+        return accumulated(xp.cumsum, a, out, axis=axis)
     return xp.cumsum(a, axis=axis, dtype=out)
 
 
@@ -279,6 +290,8 @@ def _variance_rule(name):
 
 def _variance(xp, fn, name, a, dim, unbiased, keepdim, correction):
     require_float(_dt.from_numpy(a.dtype), name)
+    if a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(_variance, xp, fn, name, a, dim, unbiased, keepdim, correction)
     dim, ddof = _ddof(name, dim, unbiased, correction)
     axes = normalize_dims(dim, a.ndim, name)
     count = a.size if axes is None else math.prod(a.shape[i] for i in axes)
@@ -340,6 +353,8 @@ def norm(xp, a, p="fro", dim=None, keepdim=False, dtype=None):
     if explicit is not None and a.dtype != explicit.np:
         a = a.astype(explicit.np)
     require_float(_dt.from_numpy(a.dtype), "norm")
+    if a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(norm.impl, xp, a, p, dim, keepdim)
     axes = _norm_dims(p, dim, a.ndim)
     if p == "nuc":
         matrices = xp.moveaxis(a, axes, (-2, -1))
