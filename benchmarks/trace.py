@@ -78,6 +78,11 @@ def bench_forward(rounds):
     import fxkit
     import fxkit.models
 
+    with fxkit.no_grad():  # inference: parameters require grad, and recording is not what is measured
+        return _forward_ratios(fxkit, rounds)
+
+
+def _forward_ratios(fxkit, rounds):
     model = fxkit.models.resnet18().eval()
     gm = fxkit.symbolic_trace(model)
     rng = np.random.default_rng(0)

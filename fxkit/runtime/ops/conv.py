@@ -9,12 +9,14 @@ BLAS to run at full speed; for small feature maps the batch is folded into a
 single large product whose result is transposed once. conv1d is conv2d over
 a height of one; conv_transpose2d multiplies first and scatter-adds the
 kernel taps (col2im). Weight layouts are PyTorch's, so state_dicts load.
+bfloat16 convolutions run in float32 and are rounded once (`in_float32`).
 """
 import operator
 
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.low_precision import in_float32
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, shown
 
 # Measured on 2 cores for ResNet-18 layers (batch 8): per-image products over
@@ -199,6 +201,7 @@ def _conv2d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, grou
 
 
 @op("conv2d", kind="conv", shape_rule=_conv2d_rule, method=False)
+@in_float32
 def conv2d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation, as ``torch.nn.functional.conv2d``.
 
@@ -226,6 +229,7 @@ def _conv1d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, grou
 
 
 @op("conv1d", kind="conv", shape_rule=_conv1d_rule, method=False)
+@in_float32
 def conv1d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D cross-correlation, as ``torch.nn.functional.conv1d``: conv2d over a height of one.
 
@@ -277,6 +281,7 @@ def _conv_transpose2d_rule(input, weight, bias=None, stride=1, padding=0, output
 
 
 @op("conv_transpose2d", kind="conv", shape_rule=_conv_transpose2d_rule, method=False)
+@in_float32
 def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """2-D transposed convolution, as ``torch.nn.functional.conv_transpose2d``.
 

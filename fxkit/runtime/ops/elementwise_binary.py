@@ -2,12 +2,16 @@
 
 Inputs arrive already cast to the op's PyTorch result dtype (see ``Op`` in
 ``fxkit/runtime/op.py``); Python numbers stay Python numbers, which numpy
-treats as weak, so ``float32_array * 2.5`` stays float32.
+treats as weak, so ``float32_array * 2.5`` stays float32. bfloat16 has no weak
+scalars in numpy and rounds after every step, so the ops of several steps
+(``alpha``, ``rounding_mode='trunc'``, lerp) compute it in float32 and round once,
+as PyTorch does (`low_precision.run_in_float32`).
 """
 from fxkit.errors import DTypeError, ShapeError, ValueRangeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, kind as dtype_kind, run_in_float32
 
 
 def promoted_meta(name, *values):
@@ -26,10 +30,16 @@ def promoted_meta(name, *values):
 
 
 def _kind(a, b):
-    """The dtype kind (``'f'``, ``'i'``, ``'u'``, ``'b'``) of promoted inputs, or None for two numbers."""
+    """The dtype kind (``'f'``, ``'i'``, ``'u'``, ``'b'``; ``'f'`` for bfloat16) of promoted
+    inputs, or None for two numbers."""
     if hasattr(a, "dtype"):
-        return a.dtype.kind
-    return b.dtype.kind if hasattr(b, "dtype") else None
+        return dtype_kind(a.dtype)
+    return dtype_kind(b.dtype) if hasattr(b, "dtype") else None
+
+
+def _is_bfloat16(a, b):
+    """Whether the promoted inputs ``a``, ``b`` (arrays or numbers) are bfloat16."""
+    return any(getattr(v, "dtype", None) is not None and v.dtype.kind == BFLOAT16_KIND for v in (a, b))
 
 
 def _scaled(name, a, b, alpha):
@@ -46,14 +56,22 @@ def _scaled(name, a, b, alpha):
 @op("add", kind="elementwise", promote="common", template="a + b * alpha")
 def add(xp, a, b, alpha=1):
     """``a + alpha * b``; for bool tensors, logical or."""
-    return xp.add(a, b) if alpha == 1 else xp.add(a, _scaled("add", a, b, alpha))
+    if alpha == 1:
+        return xp.add(a, b)
+    if _is_bfloat16(a, b):
+        return run_in_float32(add.impl, xp, a, b, alpha)
+    return xp.add(a, _scaled("add", a, b, alpha))
 
 
 @op("sub", kind="elementwise", promote="common", template="a - b * alpha")
 def sub(xp, a, b, alpha=1):
     """``a - alpha * b``."""
     try:
-        return xp.subtract(a, b) if alpha == 1 else xp.subtract(a, _scaled("sub", a, b, alpha))
+        if alpha == 1:
+            return xp.subtract(a, b)
+        if _is_bfloat16(a, b):
+            return run_in_float32(sub.impl, xp, a, b, alpha)
+        return xp.subtract(a, _scaled("sub", a, b, alpha))
     except TypeError:
         if _kind(a, b) != "b":
             raise
@@ -126,6 +144,8 @@ def div(xp, a, b, rounding_mode=None):
         _check_int_divisor(xp, "div", b)
     if rounding_mode == "floor":
         return xp.floor_divide(a, b)
+    if _is_bfloat16(a, b):
+        return run_in_float32(div.impl, xp, a, b, rounding_mode)
     if kind == "f" or kind is None:
         out = xp.true_divide(a, b)
         return xp.trunc(out, out=out) if out.ndim else xp.trunc(out)
@@ -241,6 +261,8 @@ def _described(value):
     template="where(abs(c) < 0.5, a + c * (b - a), b - (b - a) * (1 - c))")
 def lerp(xp, a, b, weight):
     """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``)."""
+    if _is_bfloat16(a, b):
+        return run_in_float32(lerp.impl, xp, a, b, weight)
     if not hasattr(weight, "dtype"):
         if -0.5 < weight < 0.5:
             out = xp.subtract(b, a)

@@ -5,7 +5,8 @@ tensors into float32 (``promote="float"``); ``neg``, ``abs``, ``relu``, ``sign``
 ``floor``, ``ceil``, ``round`` and ``clamp`` keep integer dtypes; ``isnan`` and
 ``logical_not`` give bool. Impls made of several steps update one fresh buffer
 in place (``out = xp.negative(a); xp.exp(out, out=out)``) so an op allocates
-once, like a fused kernel would.
+once, like a fused kernel would. bfloat16 counts as floating point (numpy's
+kind for it is ``'V'``) and runs those steps in float32, as half precision does.
 """
 import functools
 import math
@@ -18,6 +19,7 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops import intrinsics
 from fxkit.runtime.ops.elementwise_binary import promoted_meta
+from fxkit.runtime.ops.low_precision import kind as dtype_kind, scalar
 
 _SQRT1_2 = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -215,13 +217,13 @@ def _keep_integers(name, a):
 @op("floor", kind="elementwise", promote="common", template="floor(a)")
 def floor(xp, a):
     """Round toward -inf; integer tensors are returned unchanged (copied)."""
-    return xp.floor(a) if a.dtype.kind == "f" else _keep_integers("floor", a)
+    return xp.floor(a) if dtype_kind(a.dtype) == "f" else _keep_integers("floor", a)
 
 
 @op("ceil", kind="elementwise", promote="common", template="ceil(a)")
 def ceil(xp, a):
     """Round toward +inf; integer tensors are returned unchanged (copied)."""
-    return xp.ceil(a) if a.dtype.kind == "f" else _keep_integers("ceil", a)
+    return xp.ceil(a) if dtype_kind(a.dtype) == "f" else _keep_integers("ceil", a)
 
 
 def _round_template(decimals=0):
@@ -238,7 +240,7 @@ def round(xp, a, decimals=0):  # noqa: A001
     Like PyTorch, ``decimals != 0`` scales by ``10 ** decimals``, rounds and
     scales back, so the result is the float nearest to that, not an exact decimal.
     """
-    if a.dtype.kind != "f":
+    if dtype_kind(a.dtype) != "f":
         if decimals != 0:
             raise DTypeError(f"round: decimals={decimals} needs a floating-point tensor, got {a.dtype}")
         return _keep_integers("round", a)
@@ -299,7 +301,7 @@ def _needs_cast(a, bound):
     if kind is int:
         return a.dtype.kind == "b"
     if kind is float:
-        return a.dtype.kind != "f"
+        return a.dtype.kind != "f"  # bfloat16 too: its bounds become bfloat16 arrays
     return getattr(bound, "dtype", None) != a.dtype
 
 
@@ -331,7 +333,7 @@ def _cast_to_result(*values):
     """``values`` (arrays, numbers and Nones) cast to their PyTorch result dtype."""
     metas = [TensorMeta(v.shape, from_numpy(v.dtype)) if hasattr(v, "dtype") else v for v in values if v is not None]
     target = promoted_meta("clamp", *metas).dtype.np
-    return [v.astype(target) if hasattr(v, "dtype") and v.dtype != target else v for v in values]
+    return [v.astype(target) if hasattr(v, "dtype") and v.dtype != target else scalar(v, target) for v in values]
 
 
 @op("logical_not", kind="elementwise", promote="bool", template="logical_not(a)")

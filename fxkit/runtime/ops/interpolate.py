@@ -4,7 +4,8 @@ Both modes are separable: the source rows (and their blend weights) are
 computed once per axis on the host with PyTorch's index formulas, in the
 precision PyTorch uses (float32 for float32 and half inputs), so 'nearest'
 picks exactly the same pixels; the data is then gathered with ``xp.take``
-along one axis at a time.
+along one axis at a time. bfloat16 images are blended in float32 and rounded
+once, as PyTorch does (`in_float32`).
 """
 import math
 
@@ -13,6 +14,7 @@ import numpy as np
 from fxkit.errors import ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.low_precision import in_float32
 from fxkit.runtime.ops.nn_checks import require_float, shown
 
 _MODES = ("nearest", "bilinear")
@@ -108,6 +110,7 @@ def _linear_taps(in_size, out_size, scale, align_corners, real):
 
 
 @op("interpolate", kind="other", shape_rule=_interpolate_rule, method=False)
+@in_float32
 def interpolate(xp, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None):
     """Resize a batch of images, as ``torch.nn.functional.interpolate``.

@@ -7,7 +7,8 @@ the same here; when given they override ``reduction`` as in PyTorch.
 The class dimension is 1 for ``(N, C)`` and ``(N, C, d1, ...)`` inputs and 0
 for an unbatched ``(C,)`` input. ``reduction='mean'`` over class targets
 divides by the summed weights of the counted (non-ignored) targets, so an
-all-ignored batch gives NaN like PyTorch.
+all-ignored batch gives NaN like PyTorch. bfloat16 losses are computed in
+float32 and rounded once, as in PyTorch (`in_float32`).
 """
 import warnings
 
@@ -17,6 +18,7 @@ from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.low_precision import in_float32
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, require_integer, shapes_differ, shown
 from fxkit.runtime.ops.softmax import log_softmax
 
@@ -110,6 +112,7 @@ def _nll_rule(input, target, weight=None, size_average=None, ignore_index=-100, 
 
 
 @op("nll_loss", kind="reduction", method=False, shape_rule=_nll_rule)
+@in_float32
 def nll_loss(xp, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """Negative log-likelihood of class indices ``target`` under log-probabilities ``input``.
 
@@ -155,6 +158,7 @@ def _broadcast_weight(weight, logp, cdim):
 
 
 @op("cross_entropy", kind="reduction", method=False, shape_rule=_cross_entropy_rule)
+@in_float32
 def cross_entropy(xp, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction="mean", label_smoothing=0.0):
     """Cross entropy between the logits ``input`` and ``target``: class indices of
@@ -213,6 +217,7 @@ def _mse_rule(input, target, size_average=None, reduce=None, reduction="mean", w
 
 
 @op("mse_loss", kind="reduction", method=False, shape_rule=_mse_rule)
+@in_float32
 def mse_loss(xp, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean squared error ``(input - target) ** 2``, optionally weighted elementwise
     by ``weight`` (of the input's shape; ``'mean'`` then divides by ``weight.sum()``).

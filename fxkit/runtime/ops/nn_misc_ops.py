@@ -10,6 +10,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.factories import generator
+from fxkit.runtime.ops.low_precision import scalar
 from fxkit.runtime.ops.nn_checks import check_probability, require_float, require_integer, shown
 
 
@@ -22,7 +23,9 @@ def _dropout(xp, x, p, inplace, mask_shape):
             return x
         return xp.zeros_like(x)
     keep = generator(xp).random(mask_shape, dtype=np.float32) >= p
-    scale = 1.0 / (1.0 - p)
+    # NOTE: in the input's dtype, as PyTorch's noise tensor holds it (a Python float would
+    # make numpy upcast a bfloat16 input to float32).
+    scale = scalar(1.0 / (1.0 - p), x.dtype)
     if inplace:
         x *= scale
         x *= keep

@@ -3,7 +3,9 @@
 The window ops loop over the kernel's taps, not over the data: each tap is
 one strided slice of the (padded) input covering every output position, so a
 3x3 pool is nine whole-array ``maximum``/``add`` calls, faster in numpy than
-reducing a windowed view over its two small trailing axes.
+reducing a windowed view over its two small trailing axes. The averaging
+pools add bfloat16 up in float32 and round once (`in_float32`); max pooling
+only selects, so it runs in the input's dtype.
 """
 import numpy as np
 
@@ -12,6 +14,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d, sliding_size
+from fxkit.runtime.ops.low_precision import in_float32
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, shown
 
 
@@ -167,6 +170,7 @@ def _avg_pool2d_rule(input, kernel_size, stride=None, padding=0, ceil_mode=False
 
 
 @op("avg_pool2d", kind="conv", shape_rule=_avg_pool2d_rule, method=False)
+@in_float32
 def avg_pool2d(xp, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """2-D average pooling, as ``torch.nn.functional.avg_pool2d``.
@@ -251,6 +255,7 @@ def _global_mean(xp, x):
 
 
 @op("adaptive_avg_pool2d", kind="conv", shape_rule=_adaptive_avg_pool2d_rule, method=False)
+@in_float32
 def adaptive_avg_pool2d(xp, input, output_size):
     """2-D adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool2d``.
 

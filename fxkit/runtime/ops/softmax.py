@@ -3,7 +3,8 @@
 All three subtract the maximum along the reduced dim before ``exp``, so large
 inputs do not overflow (PyTorch computes them the same way). They are
 reductions to the graph (kind ``reduction``): fusion treats softmax as a
-kernel that ends in a reduction over one axis.
+kernel that ends in a reduction over one axis. bfloat16 inputs are computed
+in float32 and rounded once, as in PyTorch.
 """
 import numpy as np
 
@@ -11,6 +12,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.dims import normalize_dims, reduced_shape, single_dim
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.reductions import require_float
 
 
@@ -55,6 +57,8 @@ def _normalize(xp, a, axis, log):
 def _softmax_op(name, log, doc):
     def impl(xp, a, dim=None, dtype=None):
         a = _softmax_input(a, dtype, name)
+        if a.dtype.kind == BFLOAT16_KIND:
+            return run_in_float32(impl, xp, a, dim)
         axis = single_dim(softmax_dim(dim, a.ndim), a.ndim, name)
         if a.ndim == 0:
             return _normalize(xp, a.reshape(1), 0, log).reshape(())
@@ -89,6 +93,8 @@ def logsumexp(xp, a, dim, keepdim=False):
     """
     if a.dtype.kind in "biu":
         a = a.astype(_dt.default_float.np)
+    elif a.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(logsumexp.impl, xp, a, dim, keepdim)
     axes = normalize_dims(dim, a.ndim, "logsumexp")
     if a.ndim == 0:  # log(exp(x)) of a single value is the value itself
         return a.copy()
