@@ -7,7 +7,9 @@ branch-free polynomials with an exact power-of-two scaling (Cephes' ``expf``
 and ``tanhf``, and the rational ``erf`` that fxkit's eager ``erf`` evaluates),
 so the loop vectoriser turns them into SIMD code. Accuracy: ``exp32`` and
 ``tanh32`` within 2 ulp of the correctly rounded result, ``erf32`` the eager
-formula itself; NaN and infinities behave as numpy's.
+formula itself; NaN and infinities behave as numpy's. ``exp32``'s polynomial
+is multiply-adds LLVM fuses where the CPU has FMA: the exponential is most of
+a softmax's time, and fused it takes half the instructions.
 
 `maximum` and `minimum` propagate NaN from either side like numpy's (Python's
 ``max`` does not).
@@ -15,9 +17,9 @@ formula itself; NaN and infinities behave as numpy's.
 Generated kernel modules import these. They are not cached on disk
 themselves: numba links a cached function as object code, which LLVM cannot
 inline, and a call per element stops vectorisation. The kernels calling
-them are cached, with these inlined. Only the row sums use fastmath (their
-own reassociation), and they call nothing, so no fastmath flag reaches the
-range reductions here.
+them are cached, with these inlined. Only the row sums reassociate (fastmath on
+loops that call nothing, or the one add of `accumulate`), so no fastmath flag
+reaches the range reductions here.
 """
 import numba
 import numpy as np
@@ -32,6 +34,7 @@ _F32 = np.float32
 _LOG2E = _F32(1.4426950408889634)
 _LN2_HI = _F32(0.693359375)  # Cody and Waite: ln 2 = hi + lo, hi with few bits so k * hi is exact
 _LN2_LO = _F32(-2.12194440e-4)
+_TWO_TO_MINUS_64 = _F32(2.0 ** -64)
 _EXP_P = tuple(_F32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                                   1.6666665459e-1, 5.0000001201e-1))
 _TANH_P = tuple(_F32(c) for c in (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
@@ -51,30 +54,69 @@ def _float32_from_bits(typingctx, bits):
     return signature, codegen
 
 
+@intrinsic
+def _fmuladd(typingctx, a, b, c):
+    """``a * b + c`` as ``llvm.fmuladd``: one fused multiply-add where the CPU has them (half the
+    instructions of a polynomial, and one rounding instead of two), a multiply and an add elsewhere."""
+    signature = a(a, b, c)
+
+    def codegen(context, builder, sig, args):
+        kind = args[0].type
+        function = builder.module.declare_intrinsic("llvm.fmuladd", [kind], ir.FunctionType(kind, [kind] * 3))
+        return builder.call(function, args)
+
+    return signature, codegen
+
+
+@numba.njit(**_JIT)
+def _exp_reduced(x):
+    """``exp(x) = 2**k * p`` for a float32 ``x`` in [-104, 89] (not NaN): ``(p, k)``, ``p = exp(r)``
+    with ``x = k ln 2 + r``, ``|r| <= ln 2 / 2``."""
+    k = np.floor(_fmuladd(x, _LOG2E, _F32(0.5)))
+    r = _fmuladd(k, -_LN2_HI, x)  # exact: k * hi has few bits
+    r = _fmuladd(k, -_LN2_LO, r)
+    p = _EXP_P[0]
+    p = _fmuladd(p, r, _EXP_P[1])
+    p = _fmuladd(p, r, _EXP_P[2])
+    p = _fmuladd(p, r, _EXP_P[3])
+    p = _fmuladd(p, r, _EXP_P[4])
+    p = _fmuladd(p, r, _EXP_P[5])
+    return _fmuladd(p * r, r, r) + _F32(1.0), np.int32(k)
+
+
+@numba.njit(**_JIT)
+def _power_of_two(k):
+    """``2**k`` for an int32 ``k`` in [-126, 127]: the exponent bits alone."""
+    return _float32_from_bits((k + np.int32(127)) << np.int32(23))
+
+
 @numba.njit(**_JIT)
 def exp32(x):
-    """``exp`` of a float32: ``2**k * p(r)`` with ``x = k ln 2 + r``, ``|r| <= ln 2 / 2``."""
+    """``exp`` of a float32."""
     x = _F32(x)
     # NOTE: clamped so 2**k stays within two float32 factors; NaN is replaced now and restored last.
     xc = x if x < _F32(89.0) else _F32(89.0)
     xc = xc if xc > _F32(-104.0) else _F32(-104.0)
     xc = xc if x == x else _F32(0.0)
-    k = np.floor(xc * _LOG2E + _F32(0.5))
-    r = xc - k * _LN2_HI
-    r = r - k * _LN2_LO
-    p = _EXP_P[0]
-    p = p * r + _EXP_P[1]
-    p = p * r + _EXP_P[2]
-    p = p * r + _EXP_P[3]
-    p = p * r + _EXP_P[4]
-    p = p * r + _EXP_P[5]
-    p = p * r * r + r + _F32(1.0)
+    p, k = _exp_reduced(xc)
     # 2**k as two factors: results down to the smallest subnormal and up to overflow stay exact.
-    ki = np.int32(k)
-    k1 = ki >> np.int32(1)
-    k2 = ki - k1
-    scaled = p * _float32_from_bits((k1 + np.int32(127)) << np.int32(23))
-    scaled = scaled * _float32_from_bits((k2 + np.int32(127)) << np.int32(23))
+    half = k >> np.int32(1)
+    scaled = p * _power_of_two(half) * _power_of_two(k - half)
+    return scaled if x == x else x
+
+
+@numba.njit(**_JIT)
+def exp_nonpositive32(x):
+    """``exp32`` of an ``x <= 0`` or NaN (softmax's ``x - max``), the same results in fewer instructions.
+
+    The exponential is most of a softmax's arithmetic. Here ``k <= 0``, so
+    one clamp does and ``2**k`` is ``2**(k + 64) * 2**-64``, the second factor
+    a constant (one rounding, the last multiply, as in `exp32`).
+    """
+    x = _F32(x)
+    xc = x if x > _F32(-104.0) else _F32(-104.0)  # NaN too: replaced now, restored last
+    p, k = _exp_reduced(xc)
+    scaled = p * _power_of_two(k + np.int32(64)) * _TWO_TO_MINUS_64
     return scaled if x == x else x
 
 
@@ -147,6 +189,20 @@ def maxnum(typingctx, a, b):
         kind = args[0].type
         function = builder.module.declare_intrinsic("llvm.maxnum", [kind], ir.FunctionType(kind, [kind, kind]))
         return builder.call(function, args)
+
+    return signature, codegen
+
+
+@intrinsic
+def accumulate(typingctx, total, value):
+    """``total + value``, an add LLVM may reassociate: a sum in a loop doing other work (softmax's
+    exponentials) vectorises into SIMD partial sums, with no fastmath flag reaching that work."""
+    if total != value:
+        return None  # NOTE: numba then reports no matching signature (one float type, as LLVM's fadd)
+    signature = total(total, value)
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1], flags=("reassoc",))
 
     return signature, codegen
 

@@ -14,9 +14,12 @@ epilogue applied as each output element is written::
             for j in range(n1):
                 buf[j] = <prologue at (i0, j)>
             m = row_max(buf)
+            total = np.float32(0.0)
             for j_1 in range(buf.size):
-                buf[j_1] = exp32(buf[j_1] - m)
-            s = np.float32(1.0) / row_sum(buf)
+                e = exp_nonpositive32(buf[j_1] - m)
+                buf[j_1] = e
+                total = accumulate(total, e)
+            s = np.float32(1.0) / total
             for j in range(n1):
                 softmax = np.float32(buf[j] * s)
                 out0[i0, j] = <epilogue of softmax at (i0, j)>
@@ -26,10 +29,13 @@ operations (``exp(x - max) / sum``, ``(x - max) - log(sum)``, ``(x - mean) *
 (1 / sqrt(var + eps)) * weight + bias`` with the biased variance); softmax
 multiplies by the sum's reciprocal where eager divides (within 1 ulp), and
 sums run in SIMD partial sums. Each pass over a row is a contiguous loop
-LLVM vectorises (``exp32`` in the kernel; the reductions are separate
-`fxkit.backends.numba_math` loops). Operands must be C-contiguous (callers
-copy others) and, over the row dimensions, either full or broadcast (one
-value a row); other groups are left to the elementwise kernels and numpy.
+LLVM vectorises: the maximum and layer_norm's sums are
+`fxkit.backends.numba_math` loops; softmax sums its exponentials as it makes
+them (`accumulate`), and log_softmax keeps none of them, recomputing ``x -
+max`` in its last pass. ``buf`` is allocated once a block of rows, not a row.
+Operands must be C-contiguous (callers copy others) and, over the row
+dimensions, either full or broadcast (one value a row); other groups are
+left to the elementwise kernels and numpy.
 The loops over rows are a function of their own, called on slices of rows
 by the parallel entry, for the reason `fxkit.codegen.numba_kernel` gives.
 """
@@ -47,7 +53,7 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.registry import get_op
 
 _LOAD = ast.Load()
-_ROW_HELPERS = ("row_max", "row_sum", "row_sum_squares")
+_ROW_HELPERS = ("accumulate", "exp_nonpositive32", "row_max", "row_sum", "row_sum_squares")
 _ROW_HEADER = HEADER + (f"from fxkit.backends.numba_math import {', '.join(_ROW_HELPERS)}",)
 _ROW_RESERVED = RESERVED + _ROW_HELPERS
 _FLOATS = ("float32", "float64")
@@ -77,25 +83,28 @@ class _Softmax:
         return ()
 
     def emit(self, block, names, row, buf, dtype, node, emitter):
-        """Statistics of the row values ``row`` (a 1-d array: an input's row, or ``buf``
+        """Statistics of the row values ``row`` (a 1-d array: an input's row, or a buffer
         filled by the prologue); returns a function of ``j`` giving the op's value there.
-        ``buf`` is scratch space of the row's length."""
-        m, s, j = names.create_name("m"), names.create_name("s"), names.create_name("j")
-        exp = "exp32" if dtype.name == "float32" else "math.exp"
+        ``buf`` is scratch space of the row's length (maybe ``row`` itself)."""
+        m, total, s = names.create_name("m"), names.create_name("total"), names.create_name("s")
+        j, e = names.create_name("j"), names.create_name("e")
+        # NOTE: x - max is <= 0 or NaN, so the exponential needs one clamp (see numba_math).
+        exp = "exp_nonpositive32" if dtype.name == "float32" else "math.exp"
         block.line(f"{m} = row_max({row})")
-        if self.log:
-            # NOTE: the exponentials go to a second buffer: the shifted row is the result's first term.
-            exps = names.create_name("exps")
-            block.line(f"{exps} = np.empty_like({buf})")
-            with block.indent(f"for {j} in range({buf}.size):"):
-                block.line(f"{buf}[{j}] = {row}[{j}] - {m}")
-                block.line(f"{exps}[{j}] = {exp}({buf}[{j}])")
-            block.line(f"{s} = math.log(row_sum({exps}))")
-            return lambda j: f"{buf}[{j}] - {s}"
+        block.line(f"{total} = {ast.unparse(typed_constant(0, dtype))}")
+        # NOTE: the exponentials are summed as they are made (SIMD partial sums), not in a pass of their own;
+        # softmax keeps them for its last pass, log_softmax needs only their sum.
         with block.indent(f"for {j} in range({buf}.size):"):
-            block.line(f"{buf}[{j}] = {exp}({row}[{j}] - {m})")
+            block.line(f"{e} = {exp}({row}[{j}] - {m})")
+            if not self.log:
+                block.line(f"{buf}[{j}] = {e}")
+            block.line(f"{total} = accumulate({total}, {e})")
+        if self.log:
+            # NOTE: the shifted row is recomputed where it is the result's first term: as eager, in its dtype.
+            block.line(f"{s} = np.{dtype.name}(math.log({total}))")
+            return lambda j: f"({row}[{j}] - {m}) - {s}"
         # NOTE: one reciprocal a row and a multiply an element (eager divides: within 1 ulp).
-        block.line(f"{s} = {ast.unparse(typed_constant(1, dtype))} / row_sum({buf})")
+        block.line(f"{s} = {ast.unparse(typed_constant(1, dtype))} / {total}")
         return lambda j: f"{buf}[{j}] * {s}"
 
 

@@ -15,7 +15,7 @@ import fxkit
 from fxkit import ops
 from fxkit.backends.numba_cache import load_kernel_module
 from fxkit.backends.numba_launch import KernelCall
-from fxkit.backends.numba_math import erf32, exp32, maximum, minimum, tanh32
+from fxkit.backends.numba_math import erf32, exp32, exp_nonpositive32, maximum, minimum, tanh32
 from fxkit.codegen.block import CodeBlock
 from fxkit.codegen.numba_kernel import PARALLEL_MIN, elementwise_kernel
 from fxkit.codegen.numba_reduction import row_kernel
@@ -80,6 +80,13 @@ def test_float32_math_is_within_two_ulp(fn, reference):
     assert np.max(np.abs(got[normal] - exact[normal]) / ulp) <= 2.0
     tiny = np.isfinite(rounded) & ~normal
     assert np.max(np.abs(got[tiny] - exact[tiny]), initial=0) <= 2 * np.spacing(np.float32(0))
+
+
+def test_softmax_exp_equals_exp32_where_it_applies():
+    """Softmax's exp only sees ``x - max(x) <= 0`` (or NaN); there it must be exp32 bit for bit."""
+    x = np.concatenate([np.linspace(-110, 0, 400_001, dtype=np.float32),
+                        np.array([np.nan, -np.inf, -0.0, 0.0], np.float32)])
+    np.testing.assert_array_equal(_apply(exp_nonpositive32, x), _apply(exp32, x))
 
 
 def test_erf32_computes_what_eager_erf_computes():

@@ -9,14 +9,15 @@ BLAS to run at full speed; for small feature maps the batch is folded into a
 single large product whose result is transposed once. conv1d is conv2d over
 a height of one; conv_transpose2d multiplies first and scatter-adds the
 kernel taps (col2im). Weight layouts are PyTorch's, so state_dicts load.
-bfloat16 convolutions run in float32 and are rounded once (`in_float32`).
+bfloat16 convolutions multiply in float32 on BLAS and are rounded once, as in
+PyTorch (`low_precision.run_in_float32`).
 """
 import operator
 
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.low_precision import in_float32
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, shown
 
 # Measured on 2 cores for ResNet-18 layers (batch 8): per-image products over
@@ -163,6 +164,8 @@ def _conv_geometry(name, nd, x, weight, bias, stride, padding, dilation, groups)
 
 def _conv2d_nchw(xp, x, weight, bias, stride, pads, dilation, groups):
     """The convolution of a batched ``(N, C, H, W)`` input: im2col and one batched matmul."""
+    if x.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(_conv2d_nchw, xp, x, weight, bias, stride, pads, dilation, groups)
     (pt, pb), (pl, pr) = pads
     if pt or pb or pl or pr:
         x = pad2d(xp, x, pt, pb, pl, pr)
@@ -201,7 +204,6 @@ def _conv2d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, grou
 
 
 @op("conv2d", kind="conv", shape_rule=_conv2d_rule, method=False)
-@in_float32
 def conv2d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation, as ``torch.nn.functional.conv2d``.
 
@@ -229,7 +231,6 @@ def _conv1d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, grou
 
 
 @op("conv1d", kind="conv", shape_rule=_conv1d_rule, method=False)
-@in_float32
 def conv1d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D cross-correlation, as ``torch.nn.functional.conv1d``: conv2d over a height of one.
 
@@ -281,7 +282,6 @@ def _conv_transpose2d_rule(input, weight, bias=None, stride=1, padding=0, output
 
 
 @op("conv_transpose2d", kind="conv", shape_rule=_conv_transpose2d_rule, method=False)
-@in_float32
 def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """2-D transposed convolution, as ``torch.nn.functional.conv_transpose2d``.
 
@@ -300,6 +300,9 @@ def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_p
     """
     batched, (sh, sw), (ph, pw), _, (dh, dw), out_shape = _transpose_geometry(
         input, weight, bias, stride, padding, output_padding, groups, dilation)
+    if input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(conv_transpose2d.impl, xp, input, weight, bias, stride, padding, output_padding,
+                              groups, dilation)
     x = input if batched else input[None]
     n, c, h, w = x.shape
     _, ocg, kh, kw = weight.shape

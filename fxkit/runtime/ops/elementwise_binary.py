@@ -3,15 +3,14 @@
 Inputs arrive already cast to the op's PyTorch result dtype (see ``Op`` in
 ``fxkit/runtime/op.py``); Python numbers stay Python numbers, which numpy
 treats as weak, so ``float32_array * 2.5`` stays float32. bfloat16 has no weak
-scalars in numpy and rounds after every step, so the ops of several steps
-(``alpha``, ``rounding_mode='trunc'``, lerp) compute it in float32 and round once,
-as PyTorch does (`low_precision.run_in_float32`).
+scalars in numpy and rounds after every step, so ``alpha`` and lerp compute it in
+float32 and round once, as PyTorch does (`low_precision.run_in_float32`).
 """
 from fxkit.errors import DTypeError, ShapeError, ValueRangeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, kind as dtype_kind, run_in_float32
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, rounded, run_in_float32, widen
 
 
 def promoted_meta(name, *values):
@@ -32,46 +31,38 @@ def promoted_meta(name, *values):
 def _kind(a, b):
     """The dtype kind (``'f'``, ``'i'``, ``'u'``, ``'b'``; ``'f'`` for bfloat16) of promoted
     inputs, or None for two numbers."""
-    if hasattr(a, "dtype"):
-        return dtype_kind(a.dtype)
-    return dtype_kind(b.dtype) if hasattr(b, "dtype") else None
+    k = a.dtype.kind if hasattr(a, "dtype") else (b.dtype.kind if hasattr(b, "dtype") else None)
+    return "f" if k == BFLOAT16_KIND else k
 
 
-def _is_bfloat16(a, b):
-    """Whether the promoted inputs ``a``, ``b`` (arrays or numbers) are bfloat16."""
-    return any(getattr(v, "dtype", None) is not None and v.dtype.kind == BFLOAT16_KIND for v in (a, b))
+def _with_scaled(ufunc, name, a, b, alpha):
+    """``ufunc(a, b * alpha)`` under PyTorch's rules for ``alpha`` (``add``/``sub``).
 
-
-def _scaled(name, a, b, alpha):
-    """``b * alpha`` under PyTorch's rules for ``alpha`` (``add``/``sub``)."""
-    kind = _kind(a, b)
+    For bfloat16, PyTorch rounds ``alpha`` to bfloat16 and computes in float32, rounding once.
+    """
+    dtype = a.dtype if hasattr(a, "dtype") else getattr(b, "dtype", None)
+    kind = None if dtype is None else dtype.kind
+    if kind == BFLOAT16_KIND:
+        return ufunc(widen(a), widen(b) * rounded(alpha, dtype)).astype(dtype)
     if kind == "b":
-        return b if alpha else False
+        return ufunc(a, b if alpha else False)
     if type(alpha) is float and kind not in ("f", None):
         raise DTypeError(f"{name}: alpha={alpha} is a float, but the inputs are integer tensors; "
                          f"pass an integer alpha or cast the inputs with .float()")
-    return b * alpha
+    return ufunc(a, b * alpha)
 
 
 @op("add", kind="elementwise", promote="common", template="a + b * alpha")
 def add(xp, a, b, alpha=1):
     """``a + alpha * b``; for bool tensors, logical or."""
-    if alpha == 1:
-        return xp.add(a, b)
-    if _is_bfloat16(a, b):
-        return run_in_float32(add.impl, xp, a, b, alpha)
-    return xp.add(a, _scaled("add", a, b, alpha))
+    return xp.add(a, b) if alpha == 1 else _with_scaled(xp.add, "add", a, b, alpha)
 
 
 @op("sub", kind="elementwise", promote="common", template="a - b * alpha")
 def sub(xp, a, b, alpha=1):
     """``a - alpha * b``."""
     try:
-        if alpha == 1:
-            return xp.subtract(a, b)
-        if _is_bfloat16(a, b):
-            return run_in_float32(sub.impl, xp, a, b, alpha)
-        return xp.subtract(a, _scaled("sub", a, b, alpha))
+        return xp.subtract(a, b) if alpha == 1 else _with_scaled(xp.subtract, "sub", a, b, alpha)
     except TypeError:
         if _kind(a, b) != "b":
             raise
@@ -144,8 +135,6 @@ def div(xp, a, b, rounding_mode=None):
         _check_int_divisor(xp, "div", b)
     if rounding_mode == "floor":
         return xp.floor_divide(a, b)
-    if _is_bfloat16(a, b):
-        return run_in_float32(div.impl, xp, a, b, rounding_mode)
     if kind == "f" or kind is None:
         out = xp.true_divide(a, b)
         return xp.trunc(out, out=out) if out.ndim else xp.trunc(out)
@@ -261,7 +250,7 @@ def _described(value):
     template="where(abs(c) < 0.5, a + c * (b - a), b - (b - a) * (1 - c))")
 def lerp(xp, a, b, weight):
     """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``)."""
-    if _is_bfloat16(a, b):
+    if hasattr(a, "dtype") and a.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(lerp.impl, xp, a, b, weight)
     if not hasattr(weight, "dtype"):
         if -0.5 < weight < 0.5:

@@ -19,7 +19,7 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops import intrinsics
 from fxkit.runtime.ops.elementwise_binary import promoted_meta
-from fxkit.runtime.ops.low_precision import kind as dtype_kind, scalar
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, scalar
 
 _SQRT1_2 = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -217,13 +217,15 @@ def _keep_integers(name, a):
 @op("floor", kind="elementwise", promote="common", template="floor(a)")
 def floor(xp, a):
     """Round toward -inf; integer tensors are returned unchanged (copied)."""
-    return xp.floor(a) if dtype_kind(a.dtype) == "f" else _keep_integers("floor", a)
+    kind = a.dtype.kind
+    return xp.floor(a) if kind == "f" or kind == BFLOAT16_KIND else _keep_integers("floor", a)
 
 
 @op("ceil", kind="elementwise", promote="common", template="ceil(a)")
 def ceil(xp, a):
     """Round toward +inf; integer tensors are returned unchanged (copied)."""
-    return xp.ceil(a) if dtype_kind(a.dtype) == "f" else _keep_integers("ceil", a)
+    kind = a.dtype.kind
+    return xp.ceil(a) if kind == "f" or kind == BFLOAT16_KIND else _keep_integers("ceil", a)
 
 
 def _round_template(decimals=0):
@@ -240,7 +242,8 @@ def round(xp, a, decimals=0):  # noqa: A001
     Like PyTorch, ``decimals != 0`` scales by ``10 ** decimals``, rounds and
     scales back, so the result is the float nearest to that, not an exact decimal.
     """
-    if dtype_kind(a.dtype) != "f":
+    kind = a.dtype.kind
+    if kind != "f" and kind != BFLOAT16_KIND:
         if decimals != 0:
             raise DTypeError(f"round: decimals={decimals} needs a floating-point tensor, got {a.dtype}")
         return _keep_integers("round", a)
@@ -285,7 +288,8 @@ def _clamp_rule(a, min=None, max=None):  # noqa: A002
     return promoted_meta("clamp", a, *bounds)
 
 
-# numpy's clip loop is several times faster than maximum + minimum on large arrays, slower on small ones.
+# numpy's clip loop is several times faster than maximum + minimum on large arrays, slower on small ones
+# (and it has no bfloat16 loop: it would return float32).
 _CLIP_SIZE = 1024
 
 
@@ -317,7 +321,7 @@ def clamp(xp, a, min=None, max=None):  # noqa: A002
         raise _no_bounds()
     if _needs_cast(a, min) or _needs_cast(a, max):
         a, min, max = _cast_to_result(a, min, max)
-    if min is not None and max is not None and a.size >= _CLIP_SIZE:
+    if min is not None and max is not None and a.size >= _CLIP_SIZE and a.dtype.kind != BFLOAT16_KIND:
         return xp.clip(a, min, max)
     if min is None:
         return xp.minimum(a, max)

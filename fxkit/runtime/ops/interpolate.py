@@ -5,7 +5,7 @@ computed once per axis on the host with PyTorch's index formulas, in the
 precision PyTorch uses (float32 for float32 and half inputs), so 'nearest'
 picks exactly the same pixels; the data is then gathered with ``xp.take``
 along one axis at a time. bfloat16 images are blended in float32 and rounded
-once, as PyTorch does (`in_float32`).
+once, as PyTorch does (`low_precision.run_in_float32`).
 """
 import math
 
@@ -14,7 +14,7 @@ import numpy as np
 from fxkit.errors import ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.low_precision import in_float32
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import require_float, shown
 
 _MODES = ("nearest", "bilinear")
@@ -110,7 +110,6 @@ def _linear_taps(in_size, out_size, scale, align_corners, real):
 
 
 @op("interpolate", kind="other", shape_rule=_interpolate_rule, method=False)
-@in_float32
 def interpolate(xp, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None):
     """Resize a batch of images, as ``torch.nn.functional.interpolate``.
@@ -135,6 +134,9 @@ def interpolate(xp, input, size=None, scale_factor=None, mode="nearest", align_c
         rows = xp.asarray(_nearest_source(h, oh, scales[0]))
         cols = xp.asarray(_nearest_source(w, ow, scales[1]))
         return xp.take(xp.take(input, rows, axis=2), cols, axis=3)
+    if input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(interpolate.impl, xp, input, size, scale_factor, mode, align_corners,
+                              recompute_scale_factor)
     real = np.float64 if input.dtype == np.float64 else np.float32
     c0, c1, cw0, cw1 = (xp.asarray(a) for a in _linear_taps(w, ow, scales[1], align_corners, real))
     r0, r1, rw0, rw1 = (xp.asarray(a) for a in _linear_taps(h, oh, scales[0], align_corners, real))

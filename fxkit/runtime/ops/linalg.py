@@ -79,9 +79,10 @@ def _matmul_rule(a, b):
 @op("matmul", kind="matmul", shape_rule=_matmul_rule)
 def matmul(xp, a, b):
     """Matrix product with numpy's broadcasting of batch dimensions (``a @ b``)."""
-    if a.dtype != b.dtype:
-        raise _dt_error("matmul", a.dtype, b.dtype)
-    if a.dtype.kind == BFLOAT16_KIND:
+    dtype = a.dtype
+    if dtype != b.dtype:
+        raise _dt_error("matmul", dtype, b.dtype)
+    if dtype.kind == BFLOAT16_KIND:
         return run_in_float32(matmul.impl, xp, a, b)
     try:
         return xp.matmul(a, b)
@@ -104,9 +105,10 @@ def mm(xp, a, b):
     """Product of two matrices (2-D only; `matmul` broadcasts)."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         _mm_shape("mm", a.shape, b.shape)
-    if a.dtype != b.dtype:
-        raise _dt_error("mm", a.dtype, b.dtype)
-    if a.dtype.kind == BFLOAT16_KIND:
+    dtype = a.dtype
+    if dtype != b.dtype:
+        raise _dt_error("mm", dtype, b.dtype)
+    if dtype.kind == BFLOAT16_KIND:
         return run_in_float32(mm.impl, xp, a, b)
     return xp.matmul(a, b)
 
@@ -128,9 +130,10 @@ def bmm(xp, a, b):
     """Batched product of ``(B, n, m)`` and ``(B, m, p)`` tensors (no batch broadcasting)."""
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         _bmm_shape("bmm", a.shape, b.shape)
-    if a.dtype != b.dtype:
-        raise _dt_error("bmm", a.dtype, b.dtype)
-    if a.dtype.kind == BFLOAT16_KIND:
+    dtype = a.dtype
+    if dtype != b.dtype:
+        raise _dt_error("bmm", dtype, b.dtype)
+    if dtype.kind == BFLOAT16_KIND:
         return run_in_float32(bmm.impl, xp, a, b)
     return xp.matmul(a, b)
 
@@ -168,9 +171,10 @@ def linear(xp, x, weight, bias=None):
 
     BLAS reads ``weight.T`` without a copy and the bias is added in place to the fresh product.
     """
-    if x.dtype != weight.dtype or (bias is not None and bias.dtype != x.dtype):
+    dtype = x.dtype
+    if dtype != weight.dtype or (bias is not None and bias.dtype != dtype):
         raise _dt_error("linear", *(t.dtype for t in (x, weight, bias) if t is not None))
-    if x.dtype.kind == BFLOAT16_KIND:
+    if dtype.kind == BFLOAT16_KIND:
         return run_in_float32(linear.impl, xp, x, weight, bias)
     try:
         out = xp.matmul(x, weight.T)

@@ -8,7 +8,7 @@ The class dimension is 1 for ``(N, C)`` and ``(N, C, d1, ...)`` inputs and 0
 for an unbatched ``(C,)`` input. ``reduction='mean'`` over class targets
 divides by the summed weights of the counted (non-ignored) targets, so an
 all-ignored batch gives NaN like PyTorch. bfloat16 losses are computed in
-float32 and rounded once, as in PyTorch (`in_float32`).
+float32 and rounded once, as in PyTorch (`low_precision.run_in_float32`).
 """
 import warnings
 
@@ -18,7 +18,7 @@ from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.low_precision import in_float32
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, require_integer, shapes_differ, shown
 from fxkit.runtime.ops.softmax import log_softmax
 
@@ -112,7 +112,6 @@ def _nll_rule(input, target, weight=None, size_average=None, ignore_index=-100, 
 
 
 @op("nll_loss", kind="reduction", method=False, shape_rule=_nll_rule)
-@in_float32
 def nll_loss(xp, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """Negative log-likelihood of class indices ``target`` under log-probabilities ``input``.
 
@@ -121,6 +120,8 @@ def nll_loss(xp, input, target, weight=None, size_average=None, ignore_index=-10
     """
     reduction = _reduction("nll_loss", size_average, reduce, reduction)
     _check_class_target("nll_loss", input, target, weight)
+    if input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(nll_loss.impl, xp, input, target, weight, ignore_index=ignore_index, reduction=reduction)
     loss, _, w = _nll_terms(xp, "nll_loss", input, target, weight, ignore_index)
     return _reduce(loss, w, reduction)
 
@@ -158,7 +159,6 @@ def _broadcast_weight(weight, logp, cdim):
 
 
 @op("cross_entropy", kind="reduction", method=False, shape_rule=_cross_entropy_rule)
-@in_float32
 def cross_entropy(xp, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                   reduction="mean", label_smoothing=0.0):
     """Cross entropy between the logits ``input`` and ``target``: class indices of
@@ -174,6 +174,9 @@ def cross_entropy(xp, input, target, weight=None, size_average=None, ignore_inde
     """
     reduction = _reduction("cross_entropy", size_average, reduce, reduction)
     probabilities = _check_cross_entropy(input, target, weight, label_smoothing)
+    if input.dtype.kind == BFLOAT16_KIND and (not probabilities or target.dtype == input.dtype):
+        return run_in_float32(cross_entropy.impl, xp, input, target, weight, ignore_index=ignore_index,
+                              reduction=reduction, label_smoothing=label_smoothing)
     cdim = _class_dim(input)
     classes = input.shape[cdim]
     logp = log_softmax.impl(xp, input, cdim)
@@ -217,7 +220,6 @@ def _mse_rule(input, target, size_average=None, reduce=None, reduction="mean", w
 
 
 @op("mse_loss", kind="reduction", method=False, shape_rule=_mse_rule)
-@in_float32
 def mse_loss(xp, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean squared error ``(input - target) ** 2``, optionally weighted elementwise
     by ``weight`` (of the input's shape; ``'mean'`` then divides by ``weight.sum()``).
@@ -229,6 +231,8 @@ def mse_loss(xp, input, target, size_average=None, reduce=None, reduction="mean"
     """
     reduction = _reduction("mse_loss", size_average, reduce, reduction)
     _, dtype = _check_mse(input, target, weight)
+    if dtype is _dt.bfloat16 and (weight is None or weight.dtype.kind == BFLOAT16_KIND):
+        return run_in_float32(mse_loss.impl, xp, input, target, reduction=reduction, weight=weight)
     # numpy computes int64 - float32 in float64: cast to PyTorch's result dtype first.
     input, target = input.astype(dtype.np, copy=False), target.astype(dtype.np, copy=False)
     if weight is not None and weight.dtype.kind != "f":

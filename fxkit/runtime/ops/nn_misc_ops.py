@@ -10,7 +10,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.factories import generator
-from fxkit.runtime.ops.low_precision import scalar
+from fxkit.runtime.ops.low_precision import scalar, widen
 from fxkit.runtime.ops.nn_checks import check_probability, require_float, require_integer, shown
 
 
@@ -133,7 +133,7 @@ def embedding(xp, input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     if max_norm is not None:
         require_float("embedding", weight, "weight")  # rescaling would truncate integer rows
         rows = xp.unique(input)
-        norms = xp.linalg.norm(weight[rows], ord=norm_type, axis=1)
+        norms = xp.linalg.norm(widen(weight[rows]), ord=norm_type, axis=1)  # bfloat16 sums in float32
         over = norms > max_norm
         rows, norms = rows[over], norms[over]
         weight[rows] *= (max_norm / (norms + 1e-7))[:, None].astype(weight.dtype, copy=False)

@@ -9,15 +9,16 @@ batch_norm and group_norm apply one affine map ``x * scale + shift`` whose
 ``scale`` and ``shift`` are computed on the small per-channel (per sample and
 channel) vectors first, so the full-size data is touched by one multiply and
 one in-place add. layer_norm's affine varies along the normalised dims, so it
-scales the centred rows in place instead. bfloat16 inputs are normalised in
-float32 and rounded once, as in PyTorch (`in_float32`).
+scales the centred rows in place instead. Half-precision inputs (float16,
+bfloat16) get their statistics in float32; bfloat16 is also normalised in
+float32 and rounded once, as in PyTorch.
 """
 import math
 
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.low_precision import in_float32
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dims_differ, require_float, shapes_differ, shown, stat_dtype
 
 
@@ -58,7 +59,6 @@ def _batch_norm_rule(input, running_mean, running_var, weight=None, bias=None, t
 
 
 @op("batch_norm", kind="other", method=False, pure=False, shape_rule=_batch_norm_rule)
-@in_float32(writes=("running_mean", "running_var"))
 def batch_norm(xp, input, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5):
     """Batch normalisation over the channel dimension 1 of ``(N, C, *)`` inputs.
@@ -103,7 +103,14 @@ def batch_norm(xp, input, running_mean, running_var, weight=None, bias=None, tra
     xp.negative(shift, out=shift)
     if bias is not None:
         shift += bias
-    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    return _channel_affine(xp, x, scale, shift, (x.shape[1],) + (1,) * (x.ndim - 2))
+
+
+def _channel_affine(xp, x, scale, shift, shape):
+    """``x * scale + shift`` with ``scale`` and ``shift`` reshaped to ``shape`` (per channel,
+    or per sample and channel), one multiply and one in-place add over the data."""
+    if x.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(_channel_affine, xp, x, scale, shift, shape)
     out = xp.multiply(x, scale.astype(x.dtype, copy=False).reshape(shape))
     out += shift.astype(x.dtype, copy=False).reshape(shape)
     return out
@@ -152,7 +159,6 @@ def _layer_norm_rule(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 @op("layer_norm", kind="other", method=False, shape_rule=_layer_norm_rule)
-@in_float32
 def layer_norm(xp, input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing ``normalized_shape`` dimensions, then apply the
     elementwise affine ``weight`` and ``bias`` (of shape ``normalized_shape``).
@@ -195,7 +201,6 @@ def _group_norm_rule(input, num_groups, weight=None, bias=None, eps=1e-5):
 
 
 @op("group_norm", kind="other", method=False, shape_rule=_group_norm_rule)
-@in_float32
 def group_norm(xp, input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise each of ``num_groups`` groups of channels of ``(N, C, *)`` inputs
     over the group's channels and spatial positions, then apply the per-channel
@@ -219,7 +224,4 @@ def group_norm(xp, input, num_groups, weight=None, bias=None, eps=1e-5):
     xp.negative(shift, out=shift)
     if bias is not None:
         shift += bias
-    shape = (n, c) + (1,) * (input.ndim - 2)
-    out = xp.multiply(input, scale.astype(input.dtype, copy=False).reshape(shape))
-    out += shift.astype(input.dtype, copy=False).reshape(shape)
-    return out
+    return _channel_affine(xp, input, scale, shift, (n, c) + (1,) * (input.ndim - 2))

@@ -4,8 +4,9 @@ The window ops loop over the kernel's taps, not over the data: each tap is
 one strided slice of the (padded) input covering every output position, so a
 3x3 pool is nine whole-array ``maximum``/``add`` calls, faster in numpy than
 reducing a windowed view over its two small trailing axes. The averaging
-pools add bfloat16 up in float32 and round once (`in_float32`); max pooling
-only selects, so it runs in the input's dtype.
+pools add bfloat16 up in float32 and round once, as PyTorch does
+(`low_precision.run_in_float32`); max pooling only selects, so it runs in the
+input's dtype.
 """
 import numpy as np
 
@@ -14,7 +15,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d, sliding_size
-from fxkit.runtime.ops.low_precision import in_float32
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, shown
 
 
@@ -170,7 +171,6 @@ def _avg_pool2d_rule(input, kernel_size, stride=None, padding=0, ceil_mode=False
 
 
 @op("avg_pool2d", kind="conv", shape_rule=_avg_pool2d_rule, method=False)
-@in_float32
 def avg_pool2d(xp, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """2-D average pooling, as ``torch.nn.functional.avg_pool2d``.
@@ -192,6 +192,9 @@ def avg_pool2d(xp, input, kernel_size, stride=None, padding=0, ceil_mode=False, 
     dtype = dtype_of(input)
     if dtype is _dt.bool_:
         raise DTypeError("avg_pool2d: bool tensors are not supported; cast the input with .float() first")
+    if dtype is _dt.bfloat16:
+        return run_in_float32(avg_pool2d.impl, xp, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                              divisor_override)
     out_hw = out_shape[-2:]
     x = _padded(xp, input, kernel, stride, padding, dilation, out_hw, 0)
     floating = dtype.is_floating_point
@@ -255,7 +258,6 @@ def _global_mean(xp, x):
 
 
 @op("adaptive_avg_pool2d", kind="conv", shape_rule=_adaptive_avg_pool2d_rule, method=False)
-@in_float32
 def adaptive_avg_pool2d(xp, input, output_size):
     """2-D adaptive average pooling, as ``torch.nn.functional.adaptive_avg_pool2d``.
 
@@ -269,6 +271,8 @@ def adaptive_avg_pool2d(xp, input, output_size):
         (8, 512, 1, 1)
     """
     out_shape = _adaptive_geometry(input, output_size)
+    if input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(adaptive_avg_pool2d.impl, xp, input, output_size)
     (h, w), (oh, ow) = input.shape[-2:], out_shape[-2:]
     if oh == 1 and ow == 1:
         return _global_mean(xp, input)
