@@ -61,41 +61,14 @@ def accumulated(reduce, a, dtype, **kwargs):
 
 
 def run_in_float32(impl, xp, *args, **kwargs):
-    """``impl(xp, *args, **kwargs)`` with its bfloat16 arrays (also inside list and tuple
-    arguments) cast to float32 and its float32 results rounded to bfloat16.
+    """``impl(xp, *args, **kwargs)`` with its bfloat16 array arguments cast to float32 and its
+    float32 results rounded to bfloat16.
 
     The caller has checked the arguments' dtypes: an impl passes itself after refusing
     the mixes it refuses, so the rerun sees float32 where it saw bfloat16.
     """
-    dtype = next(a.dtype for a in _arrays((*args, *kwargs.values())) if a.dtype.kind == BFLOAT16_KIND)
-    out = impl(xp, *[_widen_arg(a) for a in args], **{k: _widen_arg(v) for k, v in kwargs.items()})
-    return _round(out, dtype)
-
-
-def _arrays(values):
-    """The arrays among ``values`` and inside their list or tuple items."""
-    for v in values:
-        if type(v) in (list, tuple):
-            yield from (x for x in v if hasattr(x, "dtype"))
-        elif hasattr(v, "dtype"):
-            yield v
-
-
-def _widen_arg(value):
-    """``value`` with its bfloat16 arrays (itself, or the items of a list or tuple) as float32."""
-    if type(value) in (list, tuple):
-        return type(value)(_widen_arg(v) for v in value)
-    return widen(value)
-
-
-def _round(out, dtype):
-    """``out`` with its float32 parts (arrays, numpy scalars, items of tuples and lists)
-    rounded to ``dtype``."""
-    if isinstance(out, (tuple, list)):
-        items = [_round(o, dtype) for o in out]
-        if isinstance(out, list):
-            return items
-        return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
-    if hasattr(out, "dtype") and out.dtype == _FLOAT32:
-        return out.astype(dtype)
-    return out
+    dtype = next(v.dtype for v in (*args, *kwargs.values())
+                 if getattr(v, "dtype", None) is not None and v.dtype.kind == BFLOAT16_KIND)
+    out = impl(xp, *[widen(a) for a in args], **{k: widen(v) for k, v in kwargs.items()})
+    # NOTE: only float32 results are rounded; any other dtype is the impl's own choice.
+    return out.astype(dtype) if getattr(out, "dtype", None) == _FLOAT32 else out
