@@ -38,9 +38,6 @@ SKIPPED_OPS = {
 }
 # Ops whose values are not defined: only dtype and shape are compared.
 UNDEFINED_VALUES = {"empty_like"}
-# Known gaps outside fxkit/runtime/ops, with the reason (strict: an XPASS says to drop the entry).
-KNOWN_GAPS = {"conv2d_weight_grad": "fxkit/runtime/autograd/backward_ops.py: conv2d_weight_grad returns its "
-                                    "float32 product for bfloat16 inputs"}
 
 
 def _torch_adjoint(grad, shape, index):
@@ -93,8 +90,6 @@ def _bfloat16_cases():
         marks = []
         if c.op in SKIPPED_OPS:
             marks.append(pytest.mark.skip(reason=SKIPPED_OPS[c.op]))
-        if c.op in KNOWN_GAPS:
-            marks.append(pytest.mark.xfail(reason=KNOWN_GAPS[c.op], strict=True))
         selected.append(pytest.param(c, id=repr(c), marks=marks))
     return selected
 

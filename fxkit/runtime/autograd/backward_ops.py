@@ -13,6 +13,7 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d
 from fxkit.runtime.ops.dims import normalize_dim
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.indexing import _along, _check_bounds, along_layout, getitem, torch_index
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
 
@@ -156,6 +157,9 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
     if _dt.from_numpy(input.dtype) is not _dt.from_numpy(grad_output.dtype):
         raise DTypeError(f"conv2d_weight_grad: input ({input.dtype}) and grad_output ({grad_output.dtype}) must "
                          f"have the same dtype")
+    if input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(conv2d_weight_grad.impl, xp, input, weight_size, grad_output, stride, padding,
+                              dilation, groups)
     oc, cg, kh, kw = weight_size
     (sh, sw), (dh, dw) = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
     (pt, pb), (pl, pr) = conv_pads(padding, (kh, kw), (dh, dw))

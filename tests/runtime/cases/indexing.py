@@ -98,7 +98,9 @@ _SET = {"mutates": True, "check_rule": False}
 case("setitem", lambda r: ((randf(r, 3, 4), 1, 2.5), {}), _set, id="row_scalar", **_SET)
 case("setitem", lambda r: ((randf(r, 3, 4), (slice(None), slice(1, 3)), randf(r, 3, 1)), {}), _set,
      id="broadcast_tensor", **_SET)
-case("setitem", lambda r: ((randf(r, 5, 3), randi(r, 2, low=0, high=5), randf(r, 3)), {}), _set,
+# NOTE: distinct indices: which of two writes to one row wins is unspecified (in PyTorch too),
+# and the gradient check would see it.
+case("setitem", lambda r: ((randf(r, 5, 3), r.permutation(5)[:2].astype(np.int64), randf(r, 3)), {}), _set,
      id="int_tensor", **_SET)
 case("setitem", lambda r: ((randf(r, 4, 5), _mask(r, 4, 5), -1.0), {}), _set, id="bool_mask", **_SET)
 case("setitem", lambda r: ((randf(r, 6, 5).T, (0, slice(None, None, 2)), randf(r, 3)), {}), _set,
