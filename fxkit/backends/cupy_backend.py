@@ -26,24 +26,20 @@ Example:
     ...
     extern "C" __global__ void kernel(float* __restrict__ out0, const float* __restrict__ x0) {
 """
-import itertools
 
-from fxkit.backends.backend import Lowered, register_backend
+from fxkit.backends.backend import register_backend
 from fxkit.backends.cuda_launch import CudaKernelCall
 from fxkit.backends.fuse_rows import FuseRows
-from fxkit.backends.memory_plan import plan_buffers, ufunc_forms
-from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, _tensor_metas, attributes
+from fxkit.backends.kernel_source import fused_kernel_source
+from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, _tensor_metas, build_forward
 from fxkit.backends.split_bias import SplitLinearBias
 from fxkit.codegen.cuda_kernel import elementwise_kernel, unsupported
 from fxkit.codegen.cuda_rows import row_kernel
-from fxkit.codegen.numba_reduction import row_node
-from fxkit.codegen.numpy_code import generate_array_code
 from fxkit.errors import LoweringError
 from fxkit.transforms import EliminateDeadCode
 from fxkit.transforms.fuse_elementwise import FuseElementwise
 from fxkit.transforms.fused_op import FusedOp
 
-_FILE_NUMBERS = itertools.count()
 BLOCKS_PER_SM = 32
 """Most blocks a launch uses per multiprocessor (grid-stride loops cover larger work)."""
 
@@ -102,33 +98,12 @@ def lower_arrays(gm, xp, load_module, max_blocks, backend="cupy"):
                     raise LoweringError(f"the CUDA kernel of {node.target.name} does not compile: {exc}\n"
                                         f"{source.text}") from exc
                 kernels[node.target.name] = source.text
-    forms = ufunc_forms(nodes)
-    buffers = plan_buffers(nodes, forms)
-    code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, xp, calls)
-    filename = f"<fxkit-compiled {backend} {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
-    namespace = dict(code.globals)
-    exec(code.compile(filename), namespace)
-    return Lowered(namespace["forward"], code.src, kernels, line_nodes, filename)
+    return build_forward(gm, nodes, xp, backend, calls, kernels)
 
 
 def kernel_source(node):
-    """The generated kernel of a fused call, or None when its group runs with array ops instead.
-
-    Args:
-        node: a ``call`` of a `FusedOp` whose inputs' ``meta["tensor_meta"]`` is filled.
-    """
-    fused = node.target
-    args = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
-    outputs = fused.shape_rule(*args)
-    if unsupported(args + list(outputs if type(outputs) is tuple else [outputs])) is not None:
-        return None
-    names = [a.name if hasattr(a, "name") else repr(a) for a in node.args]
-    if row_node(fused.graph) is not None:
-        try:
-            return row_kernel(fused, args, names)
-        except LoweringError:
-            return None  # NOTE: the documented refusal of a layout row kernels do not take
-    return elementwise_kernel(fused, args, names)
+    """The CUDA kernel of a fused call, or None when its group runs with array ops instead."""
+    return fused_kernel_source(node, unsupported, row_kernel, elementwise_kernel)
 
 
 def _device_of(nodes):

@@ -29,26 +29,23 @@ Example:
     >>> print(compiled.kernel_sources()["fused_0"])
 """
 import importlib.util
-import itertools
 import os
 
 import numpy as np
 
-from fxkit.backends.backend import Lowered, register_backend
+from fxkit.backends.backend import register_backend
 from fxkit.backends.fuse_rows import FuseRows
-from fxkit.backends.memory_plan import plan_buffers, ufunc_forms
+from fxkit.backends.kernel_source import fused_kernel_source
 from fxkit.backends.numba_launch import KernelCall
-from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, attributes
+from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
 from fxkit.backends.split_bias import SplitLinearBias
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
-from fxkit.codegen.numba_reduction import row_kernel, row_node
-from fxkit.codegen.numpy_code import generate_array_code
+from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.errors import LoweringError
 from fxkit.transforms import EliminateDeadCode
 from fxkit.transforms.fuse_elementwise import FuseElementwise
 from fxkit.transforms.fused_op import FusedOp
 
-_FILE_NUMBERS = itertools.count()
 
 
 class NumbaBackend(NumpyBackend):
@@ -80,33 +77,12 @@ class NumbaBackend(NumpyBackend):
                     precompile(call, source)
                     calls[node] = call
                     kernels[node.target.name] = source.text
-        forms = ufunc_forms(nodes)
-        buffers = plan_buffers(nodes, forms)
-        code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, np, calls)
-        filename = f"<fxkit-compiled numba {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
-        namespace = dict(code.globals)
-        exec(code.compile(filename), namespace)
-        return Lowered(namespace["forward"], code.src, kernels, line_nodes, filename)
+        return build_forward(gm, nodes, np, self.name, calls, kernels)
 
 
 def kernel_source(node):
-    """The generated kernel of a fused call, or None when its group runs with numpy instead.
-
-    Args:
-        node: a ``call`` of a `FusedOp` whose inputs' ``meta["tensor_meta"]`` is filled.
-    """
-    fused = node.target
-    args = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
-    outputs = fused.shape_rule(*args)
-    if unsupported(args + list(outputs if type(outputs) is tuple else [outputs])) is not None:
-        return None
-    names = [a.name if hasattr(a, "name") else repr(a) for a in node.args]
-    if row_node(fused.graph) is not None:
-        try:
-            return row_kernel(fused, args, names)
-        except LoweringError:
-            return None  # NOTE: the documented refusal of a layout row kernels do not take
-    return elementwise_kernel(fused, args, names)
+    """The numba kernel of a fused call, or None when its group runs with numpy instead."""
+    return fused_kernel_source(node, unsupported, row_kernel, elementwise_kernel)
 
 
 def precompile(call, source):

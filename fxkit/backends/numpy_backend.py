@@ -39,13 +39,26 @@ class NumpyBackend(Backend):
     def lower(self, gm, specs):
         nodes = list(gm.graph.nodes)
         _check_devices(nodes, self.device_types, self.name)
-        forms = ufunc_forms(nodes)
-        buffers = plan_buffers(nodes, forms)
-        code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, np)
-        filename = f"<fxkit-compiled numpy {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
-        namespace = dict(code.globals)
-        exec(code.compile(filename), namespace)
-        return Lowered(namespace["forward"], code.src, {}, line_nodes, filename)
+        return build_forward(gm, nodes, np, self.name)
+
+
+def build_forward(gm, nodes, xp, backend, calls=None, kernels=None):
+    """The straight-line forward over ``xp`` arrays that every array backend lowers to.
+
+    Args:
+        gm: the prepared GraphModule; ``nodes`` its graph's nodes.
+        xp: the array module the code runs on (numpy or cupy).
+        backend: the backend's name, shown in the generated code's file name.
+        calls: ``{node: callable}`` for nodes a backend runs as its own kernels.
+        kernels: ``{name: source}`` of those kernels, for ``kernel_sources()``.
+    """
+    forms = ufunc_forms(nodes)
+    buffers = plan_buffers(nodes, forms)
+    code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, xp, calls)
+    filename = f"<fxkit-compiled {backend} {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
+    namespace = dict(code.globals)
+    exec(code.compile(filename), namespace)
+    return Lowered(namespace["forward"], code.src, kernels or {}, line_nodes, filename)
 
 
 def attributes(gm, nodes):
