@@ -17,7 +17,8 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.fused_op import FusedOp
 from tests.backends.cuda_host import CXX, NVCC, HostCompiler, HostCupyBackend, nvcc_check
-from tests.runtime.opcheck import load_all_cases, to_fxkit
+from tests.backends.fused_cases import ELEMENTWISE_CASES, single_op_group
+from tests.runtime.opcheck import to_fxkit
 from tests.transforms.model_paths import ZOO_SHAPES, assert_close, zoo_model, zoo_params
 from tests.transforms.random_graphs import programs
 
@@ -115,31 +116,11 @@ def test_groups_of_unsupported_values_are_refused_with_the_reason():
 
 
 # -- every elementwise template ------------------------------------------------------------------------
-ELEMENTWISE_CASES = [c for c in load_all_cases() if get_op(c.op).kind == "elementwise" and not c.mutates]
-
-
-def _single_op_group(op, args, kwargs):
-    """A FusedOp calling ``op`` once: arrays become its inputs, everything else stays a constant."""
-    body = Graph()
-    inputs = []
-
-    def lift(value):
-        if isinstance(value, np.ndarray):
-            inputs.append(value)
-            return body.placeholder(f"x{len(inputs) - 1}")
-        if type(value) in (list, tuple):
-            return type(value)(lift(v) for v in value)
-        return value
-
-    call_args = lift(tuple(args))
-    call_kwargs = {k: lift(v) for k, v in kwargs.items()}
-    body.output(body.call(op, call_args, call_kwargs))
-    return FusedOp("fused_0", body), inputs
 
 
 def _case_kernel(c, rng):
     args, kwargs = c.make(rng)
-    fused, inputs = _single_op_group(get_op(c.op), args, kwargs)
+    fused, inputs = single_op_group(get_op(c.op), args, kwargs)
     if unsupported([meta(a) for a in inputs]):
         return args, kwargs, inputs, None
     return args, kwargs, inputs, elementwise_kernel(fused, [meta(a) for a in inputs])

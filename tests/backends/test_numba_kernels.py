@@ -23,7 +23,8 @@ from fxkit.graph import Graph, GraphModule, Interpreter
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.fused_op import FusedOp
-from tests.runtime.opcheck import load_all_cases, to_fxkit
+from tests.backends.fused_cases import ELEMENTWISE_CASES, single_op_group
+from tests.runtime.opcheck import to_fxkit
 
 numba = pytest.importorskip("numba")
 RANDOM = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -108,27 +109,7 @@ def test_maximum_and_minimum_propagate_nan_from_either_side():
 
 
 # -- every elementwise template, translated ------------------------------------------------------------
-ELEMENTWISE_CASES = [c for c in load_all_cases() if get_op(c.op).kind == "elementwise" and not c.mutates]
 _NUMBA_DTYPES = {"float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"}
-
-
-def _single_op_group(op, args, kwargs):
-    """A FusedOp calling ``op`` once: arrays become its inputs, everything else stays a constant."""
-    body = Graph()
-    inputs = []
-
-    def lift(value):
-        if isinstance(value, np.ndarray):
-            inputs.append(value)
-            return body.placeholder(f"x{len(inputs) - 1}")
-        if type(value) in (list, tuple):
-            return type(value)(lift(v) for v in value)
-        return value
-
-    call_args = lift(tuple(args))
-    call_kwargs = {k: lift(v) for k, v in kwargs.items()}
-    body.output(body.call(op, call_args, call_kwargs))
-    return FusedOp("fused_0", body), inputs
 
 
 @pytest.mark.slow
@@ -136,7 +117,7 @@ def _single_op_group(op, args, kwargs):
 def test_every_template_compiles_to_what_eager_computes(c, rng):
     op = get_op(c.op)
     args, kwargs = c.make(rng)
-    fused, inputs = _single_op_group(op, args, kwargs)
+    fused, inputs = single_op_group(op, args, kwargs)
     if any(a.dtype.name not in _NUMBA_DTYPES for a in inputs):
         pytest.skip("numba has no arrays of this dtype (the backend runs such groups with numpy)")
     eager = op(*to_fxkit(copy.deepcopy(args), "cpu"), **to_fxkit(copy.deepcopy(kwargs), "cpu"))
