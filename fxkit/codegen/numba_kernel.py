@@ -4,41 +4,37 @@ The body's statements come from the ops' templates (`fxkit.codegen.numba_scalar`
 this module builds the loops around them. The seed's ``x = x * x`` ten times
 on 16e6 float32 elements becomes (abridged)::
 
-    @numba.njit(cache=True, error_model="numpy", nogil=True)
-    def loops(out0, x0):
-        n0 = out0.shape[0]
-        for i0 in range(n0):
-            x0_1 = x0[i0]
-            mul = np.float32(x0_1 * x0_1)
-            ...
-            out0[i0] = mul_9
-
     @numba.njit(cache=True, error_model="numpy", nogil=True, parallel=True)
     def kernel(out0, x0):
         n0 = out0.shape[0]
         out0_v = out0.reshape((n0,))
         x0_v = x0.reshape((n0,))
-        per = max(1, 16384 // 1)
-        for task in numba.prange((n0 + per - 1) // per):
-            start = task * per
-            stop = min(start + per, n0)
-            loops(out0_v[start:stop], x0_v[start:stop])
+        for i0 in numba.prange(n0):
+            x0_1 = x0_v[i0]
+            mul = np.float32(x0_1 * x0_1)
+            ...
+            out0_v[i0] = mul_9
 
 ``kernel`` takes C-contiguous arrays and collapses the loop nest: adjacent
 dimensions in which every operand is either full or broadcast merge, so most
 kernels are one flat loop and a bias add two (rows, columns) with the bias
 read at ``[0, i1]``. ``kernel_strided`` takes any strides (transposes,
 slices, zero-stride broadcasts) and loops over every dimension. A result of
-at least `PARALLEL_MIN` elements is split along its first dimension into
-tasks of about `BLOCK` elements run by ``numba.prange``; smaller ones call
-the loops once, which compiles three times faster and skips the thread-pool
+at least `PARALLEL_MIN` elements runs on numba's thread pool; smaller ones
+run serially, which compiles three times faster and skips the thread-pool
 launch (~10 µs). Shapes are fixed per specialisation, so the choice is made
 here.
 
-NOTE: the loops are a function of their own, called on slices, because a
-``prange`` body sees its arrays with unknown layout and LLVM then does not
-vectorise it (numba issue #2680); slices of C-contiguous views keep their
-layout, so each task runs SIMD code.
+How a parallel kernel splits its work depends on its loop nest. One flat
+loop over contiguous views is itself the ``prange``: LLVM vectorises it, and
+it streams at the machine's copy bandwidth. A nest (broadcast operands, any
+strided layout) is a function of its own, ``loops``, called by a ``prange``
+over tasks of about `BLOCK` elements on slices of the first dimension:
+inside a ``prange`` body a nest's arrays have unknown layout and LLVM does
+not vectorise it (numba issue #2680), while slices of C-contiguous views
+keep their layout. The flat loop is not written that way because the calls
+on slices ran 1.5x slower than one ``prange`` over the views whenever input
+and output lay close together in memory (measured on 64 MB arrays).
 
 Generated names are canonical (inputs ``x0, x1, ...``, locals named after
 their ops, no shapes): two groups computing the same thing share one
@@ -246,7 +242,11 @@ def elementwise_kernel(fused, args, names=None):
 
 
 def _elementwise_entry(module, graph, metas, placeholders, results, shape, strided):
-    """``loops[_strided]`` (the loop nest) and ``kernel[_strided]`` (collapsing, launching)."""
+    """``loops[_strided]`` (the loop nest) and ``kernel[_strided]`` (collapsing, launching).
+
+    A parallel contiguous kernel whose operands collapse to one flat loop runs
+    that loop itself as a ``prange`` over the views: no ``loops`` function.
+    """
     suffix = "_strided" if strided else ""
     namespace = Namespace(RESERVED)
     params = [namespace.create_name(f"x{i}") for i in range(len(placeholders))]
@@ -257,43 +257,29 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
         groups = [[d] for d in range(len(shape)) if shape[d] != 1] or [[]]
         inner = dict(operands)
         inner_shape = shape
+        loop_groups = groups
     else:
         groups = collapse(shape, [s for _, s in operands])
         views = view_shapes(shape, groups, operands)
         # The loops see the views: one dimension a group, 2 standing for "spanned", 1 for broadcast.
         inner = {name: tuple(2 if d is None else 1 for d in dims) for name, dims in views.items()}
         inner_shape = tuple(2 if dims else 1 for dims in groups)
-        inner_groups = [[g] for g in range(len(groups))]
-    module.lines(["", ""])
-    module.line(jit_decorator(False))
-    with module.indent(f"def loops{suffix}({', '.join(outs + params)}):"):
-        names = Namespace(RESERVED)
-        for name in outs + params:
-            names.create_name(name)
-        loop_groups = groups if strided else inner_groups
-        extents = group_extents(module, names, inner_shape, loop_groups, list(inner.items()))
-        indices = [names.create_name(f"i{g}") for g in range(len(loop_groups))]
-        emitter = ScalarEmitter(names, metas)
-
-        def body(block):
-            for i, node in enumerate(placeholders):
-                if not isinstance(metas[node], TensorMeta):
-                    emitter.bind(node, emitter.name(params[i]))
-                    continue
-                local = names.create_name(params[i])
-                index = element_index(inner_shape, inner[params[i]], loop_groups, indices, strided)
-                block.line(f"{local} = {params[i]}[{index}]")
-                emitter.bind(node, emitter.name(local))
-            for node in graph.nodes:
-                if node.op == "call":
-                    emitter.emit(block, node)
-            for out, node in zip(outs, results):
-                index = element_index(inner_shape, inner[out], loop_groups, indices, strided)
-                block.line(f"{out}[{index}] = {emitter.text(node)}")
-
-        emit_nest(module, indices, extents, body)
-    module.lines(["", ""])
+        loop_groups = [[g] for g in range(len(groups))]
     parallel = parallel_for(shape) and bool(groups[0])
+    flat = parallel and not strided and len(groups) == 1
+    body = _ElementwiseBody(graph, metas, placeholders, results, params, outs, inner, inner_shape, loop_groups,
+                            strided)
+    if not flat:
+        module.lines(["", ""])
+        module.line(jit_decorator(False))
+        with module.indent(f"def loops{suffix}({', '.join(outs + params)}):"):
+            names = Namespace(RESERVED)
+            for name in outs + params:
+                names.create_name(name)
+            extents = group_extents(module, names, inner_shape, loop_groups, list(inner.items()))
+            indices = [names.create_name(f"i{g}") for g in range(len(loop_groups))]
+            emit_nest(module, indices, extents, lambda block: body.emit(block, names, indices, {}))
+    module.lines(["", ""])
     module.line(jit_decorator(parallel))
     with module.indent(f"def kernel{suffix}({', '.join(outs + params)}):"):
         extents = group_extents(module, namespace, shape, groups, operands)
@@ -303,9 +289,49 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
                      if is_full(shape, s, groups[0])}
         else:
             view_names = contiguous_views(module, namespace, extents, views)
+            if flat:
+                index = namespace.create_name("i0")
+                with module.indent(f"for {index} in numba.prange({extents[0]}):"):
+                    body.emit(module, namespace, [index], view_names)
+                return
             arguments = [view_names.get(name, name) for name in outs + params]
             split = {view_names[name]: 0 for name, dims in views.items() if dims[0] is None}
         emit_launch(module, namespace, f"loops{suffix}", arguments, split, extents, parallel)
+
+
+class _ElementwiseBody:
+    """The statements computing one element: read the inputs, the ops' scalar code, write the outputs.
+
+    Args:
+        inner: per array (output or input name), its shape as the loops see it.
+        inner_shape, loop_groups: the loops' shape and its dimension groups.
+        strided: whether the loops index every dimension (`element_index`).
+    """
+
+    def __init__(self, graph, metas, placeholders, results, params, outs, inner, inner_shape, loop_groups,
+                 strided):
+        self.graph, self.metas, self.placeholders, self.results = graph, metas, placeholders, results
+        self.params, self.outs, self.inner = params, outs, inner
+        self.inner_shape, self.loop_groups, self.strided = inner_shape, loop_groups, strided
+
+    def emit(self, block, names, indices, arrays):
+        """Write the body into ``block``; ``arrays`` renames arrays (to their contiguous views)."""
+        emitter = ScalarEmitter(names, self.metas)
+        for i, node in enumerate(self.placeholders):
+            param = self.params[i]
+            if not isinstance(self.metas[node], TensorMeta):
+                emitter.bind(node, emitter.name(param))
+                continue
+            local = names.create_name(param)
+            index = element_index(self.inner_shape, self.inner[param], self.loop_groups, indices, self.strided)
+            block.line(f"{local} = {arrays.get(param, param)}[{index}]")
+            emitter.bind(node, emitter.name(local))
+        for node in self.graph.nodes:
+            if node.op == "call":
+                emitter.emit(block, node)
+        for out, node in zip(self.outs, self.results):
+            index = element_index(self.inner_shape, self.inner[out], self.loop_groups, indices, self.strided)
+            block.line(f"{arrays.get(out, out)}[{index}] = {emitter.text(node)}")
 
 
 def kernel_header(fused, placeholders, names):

@@ -85,6 +85,26 @@ def test_the_seed_chain_is_one_kernel_in_both_size_classes(rng):
 
 
 @pytest.mark.slow
+def test_a_parallel_flat_kernel_reads_every_operand_kind(rng):
+    # Two outputs, an int32 array, a size-1 tensor and a Python scalar in one flat prange loop.
+    def f(x, k, s):
+        y = ops.tanh(x * k + s) - 0.5
+        return y, ops.exp(y) * x
+
+    n = PARALLEL_MIN + 3
+    x = randn(rng, n)
+    k = fxkit.from_numpy(rng.integers(-3, 4, n).astype(np.int32))
+    s = randn(rng, 1)
+    compiled = fxkit.compile(f, backend="numba", example_inputs=[x, k, s])
+    assert "for i0 in numba.prange(n0):" in compiled.kernel_sources()["fused_0"]
+    got = compiled(x, k, s)
+    x64, k64, s64 = (a.numpy().astype(np.float64) for a in (x, k, s))
+    y = np.tanh(x64 * k64 + s64) - 0.5
+    np.testing.assert_allclose(got[0].numpy(), y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1].numpy(), np.exp(y) * x64, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 def test_softmax_with_its_neighbours_is_one_kernel(name, rng):
     def attention(q, k, mask, res):

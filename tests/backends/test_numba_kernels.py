@@ -151,7 +151,20 @@ def test_the_seed_chain_is_one_flat_loop_in_float32():
     assert "mul_9 = np.float32(mul_8 * mul_8)" in loops and "float64" not in contiguous
     assert "prange" not in contiguous
     large = elementwise_kernel(_chain_group(), [TensorMeta((PARALLEL_MIN,), fxkit.float32)])
-    assert "numba.prange" in large.source and "parallel=True" in large.source
+    flat = large.source.split("def loops_strided")[0]
+    assert "def loops(" not in flat and "parallel=True" in flat  # the flat loop is the prange itself
+    assert "for i0 in numba.prange(n0):" in flat and "out0_v[i0] = mul_9" in flat
+
+
+def test_a_parallel_nest_runs_vectorisable_loops_on_slices():
+    body = Graph()
+    x, b = body.placeholder("x"), body.placeholder("b")
+    body.output(body.call(ops.add, (x, b)))
+    source = elementwise_kernel(FusedOp("fused_0", body), [TensorMeta((PARALLEL_MIN // 64, 64), fxkit.float32),
+                                                           TensorMeta((64,), fxkit.float32)])
+    contiguous = source.source.split("def loops_strided")[0]
+    assert "def loops(out0, x0, x1):" in contiguous and "for task in numba.prange(" in contiguous
+    assert "loops(out0_v[start:stop], x0_v[start:stop], x1_v)" in contiguous
 
 
 def test_broadcast_operands_read_index_zero_and_shapes_stay_out_of_the_source():
