@@ -5,7 +5,10 @@ specialisation to registry ops, dead code, CSE, constant folding) followed by
 
 * `SplitLinearBias`: a ``linear`` read by elementwise ops leaves its bias add
   to them, so ``gelu(x @ W.T + b)``'s pointwise tail fuses;
-* `FuseElementwise`: connected elementwise ops become `FusedOp` groups;
+* `FuseElementwise(min_size=1)`: connected elementwise ops become `FusedOp`
+  groups, a lone op too: its kernel computes in one pass what numpy does in
+  several (``gelu`` over 16e6 float32 elements: 5 ms against 270 ms), on
+  every core, into a reused output (no page faults of a fresh one);
 * `FuseRows`: softmax, log_softmax and layer_norm absorb the elementwise
   group computing their input and the one reading their result.
 
@@ -55,7 +58,7 @@ class NumbaBackend(NumpyBackend):
     device_types = ("cpu",)
 
     def passes(self, gm, example_inputs):
-        return super().passes(gm, example_inputs) + [SplitLinearBias(), FuseElementwise(), FuseRows(),
+        return super().passes(gm, example_inputs) + [SplitLinearBias(), FuseElementwise(min_size=1), FuseRows(),
                                                      EliminateDeadCode()]
 
     def lower(self, gm, specs):

@@ -32,7 +32,8 @@ sums run in SIMD partial sums. Each pass over a row is a contiguous loop
 LLVM vectorises: the maximum and layer_norm's sums are
 `fxkit.backends.numba_math` loops; softmax sums its exponentials as it makes
 them (`accumulate`), and log_softmax keeps none of them, recomputing ``x -
-max`` in its last pass. ``buf`` is allocated once a block of rows, not a row.
+max`` in its last pass. ``buf`` is allocated once a block of rows, not a row, and only
+where a prologue fills it or softmax keeps its exponentials in it.
 Operands must be C-contiguous (callers copy others) and, over the row
 dimensions, either full or broadcast (one value a row); other groups are
 left to the elementwise kernels and numpy.
@@ -71,6 +72,11 @@ class _Softmax:
 
     log = False
 
+    @property
+    def writes_scratch(self):
+        """Whether `emit` keeps values in ``buf`` (softmax keeps its exponentials)."""
+        return not self.log
+
     def row_dims(self, node, input_meta):
         args = _bound(node)
         rank = len(input_meta.shape)
@@ -94,7 +100,7 @@ class _Softmax:
         block.line(f"{total} = {ast.unparse(typed_constant(0, dtype))}")
         # NOTE: the exponentials are summed as they are made (SIMD partial sums), not in a pass of their own;
         # softmax keeps them for its last pass, log_softmax needs only their sum.
-        with block.indent(f"for {j} in range({buf}.size):"):
+        with block.indent(f"for {j} in range({row}.size):"):
             block.line(f"{e} = {exp}({row}[{j}] - {m})")
             if not self.log:
                 block.line(f"{buf}[{j}] = {e}")
@@ -116,6 +122,8 @@ class _LogSoftmax(_Softmax):
 
 class _LayerNorm:
     """``(x - mean) * (1 / sqrt(var + eps)) * weight + bias`` over the trailing ``normalized_shape``."""
+
+    writes_scratch = False
 
     def row_dims(self, node, input_meta):
         args = _bound(node)
@@ -250,8 +258,6 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
             names.create_name(name)
         extents = group_extents(module, names, inner_shape, inner_groups, list(inner.items()))
         indices = [names.create_name(f"i{g}") for g in range(len(groups) - 1)] + [names.create_name("j")]
-        buf = names.create_name("buf")
-        module.line(f"{buf} = np.empty({extents[-1]}, np.{dtype.name})")
         emitter = ScalarEmitter(names, metas)
         arrays = {}
         for i, node in enumerate(placeholders):
@@ -259,6 +265,14 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
                 arrays[node] = params[i]
             else:
                 emitter.bind(node, emitter.name(params[i]))
+        source = row.args[0]
+        # An input row read as it is (no prologue, no cast, not broadcast along the row) is reduced
+        # where it lies; otherwise the prologue fills ``buf`` first.
+        direct = (not prologue and source in arrays and metas[source].dtype is dtype
+                  and inner[arrays[source]][-1] == 2)
+        buf = names.create_name("buf")
+        if not direct or rule.writes_scratch:
+            module.line(f"{buf} = np.empty({extents[-1]}, np.{dtype.name})")
 
         def load(block, reads):
             """Each array placeholder in ``reads`` read at the loop's position, once."""
@@ -269,11 +283,6 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
                     block.line(f"{local} = {arrays[node]}[{index}]")
                     emitter.bind(node, emitter.name(local))
 
-        source = row.args[0]
-        # An input row read as it is (no prologue, no cast, not broadcast along the row) is reduced
-        # where it lies; otherwise the prologue fills ``buf`` first.
-        direct = (not prologue and source in arrays and metas[source].dtype is dtype
-                  and inner[arrays[source]][-1] == 2)
 
         def row_body(block):
             j = indices[-1]

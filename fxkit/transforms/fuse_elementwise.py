@@ -49,8 +49,9 @@ class FuseElementwise(Pass):
     """Replace each group of connected elementwise ops by one `FusedOp` call.
 
     Args:
-        min_size: the fewest ops a group needs to be fused (a lone op gains
-            nothing from a kernel of its own).
+        min_size: the fewest ops a group needs to be fused. The default
+            leaves lone ops alone, as the numpy backend wants (a lone numpy
+            ufunc is already one pass); the numba backend fuses them too.
 
     Example:
         >>> gm = FuseElementwise()(fxkit.symbolic_trace(lstm_cell))

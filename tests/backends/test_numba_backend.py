@@ -84,6 +84,18 @@ def test_the_seed_chain_is_one_kernel_in_both_size_classes(rng):
     assert "numba.prange" in compiled.kernel_sources()["fused_0"]
 
 
+def test_an_output_beside_an_empty_loop_is_still_computed():
+    # The group's loops run over (3, 0): no iteration would write the 0-d output.
+    def f(x, y):
+        n = -x
+        return -n, ops.where(n > x, n, y)
+
+    x, y = fxkit.from_numpy(np.array(0.5, np.float32)), fxkit.from_numpy(np.empty((3, 0), np.float32))
+    got = fxkit.compile(f, backend="numba", example_inputs=[x, y])(x, y)
+    assert got[0].shape == () and float(got[0].numpy()) == 0.5
+    assert got[1].shape == (3, 0)
+
+
 @pytest.mark.slow
 def test_a_parallel_flat_kernel_reads_every_operand_kind(rng):
     # Two outputs, an int32 array, a size-1 tensor and a Python scalar in one flat prange loop.
@@ -152,8 +164,9 @@ def test_row_groups_leave_shared_producers_and_impure_neighbours_alone(rng):
     x = randn(rng, 3, 7)
     compiled = fxkit.compile(f, backend="numba")
     got = compiled(x)
-    assert fused_bodies(compiled) == [["softmax"]]
-    assert called_ops(compiled) == ["add", "fused_0", "setitem", "mul"]
+    # Lone elementwise ops are kernels too; neither crosses the setitem into the softmax kernel.
+    assert fused_bodies(compiled) == [["add"], ["softmax"], ["mul"]]
+    assert called_ops(compiled) == ["fused_0", "fused_2", "setitem", "fused_1"]
     expected = f(fxkit.from_numpy(x.numpy().copy()))
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6)

@@ -290,6 +290,15 @@ def test_requires_grad_and_parameter_basics():
     assert type(p + 1) is fxkit.Tensor  # ops on parameters give plain tensors
 
 
+def test_zero_grad_drops_or_zeroes_every_parameter_gradient():
+    m = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
+    m(fxkit.ones(4, 3)).sum().backward()
+    m.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.numpy().any() for p in m.parameters())
+    m.zero_grad()
+    assert all(p.grad is None for p in m.parameters())
+
+
 def test_deepcopy_and_pickle_keep_parameters():
     m = Block(nn)
     for clone in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):

@@ -340,6 +340,21 @@ class Module:
             param.requires_grad = requires_grad
         return self
 
+    def zero_grad(self, set_to_none=True):
+        """Reset the gradient of every parameter, as ``Optimizer.zero_grad`` does.
+
+        Args:
+            set_to_none: drop the gradients (the default, like PyTorch) rather
+                than filling them with zeros.
+        """
+        for param in self.parameters():
+            if param.grad is None:
+                continue
+            if set_to_none:
+                param.grad = None
+            else:
+                param.grad._data.fill(0)
+
     def _apply(self, fn):
         """Replace every parameter's and buffer's data with ``fn(tensor)``.
 

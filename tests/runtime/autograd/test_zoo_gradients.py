@@ -1,5 +1,5 @@
 """Gradients of every zoo model against PyTorch's: same weights, same input, same loss,
-relative error below 1e-4 in float32 for every parameter and the inputs.
+relative error below 1e-4 in float32 (the ResNets in float64) for every parameter and the inputs.
 
 Eval mode (dropout would draw differently); BatchNorm's training mode is checked on
 ResNet-18 and a BatchNorm2d layer, where the batch statistics enter the gradient.
@@ -83,7 +83,15 @@ def test_zoo_gradients_match_torch(name, rng):
     model, reference, shapes = _pair(name)
     model.eval()
     reference.eval()
-    _compare(model, reference, [(rng.random(s) * 2 - 1).astype(np.float32) for s in shapes])
+    dtype = np.float32
+    if name in SLOW:
+        # NOTE: in float64. A ResNet has ~10^6 ReLU inputs: on ~3% of random float32 inputs one lies
+        # within rounding of zero, lands on different sides of the kink in two computations (fxkit
+        # and PyTorch, or either and float64) and moves some gradient by ~3e-3 relative.
+        model.double()
+        reference.double()
+        dtype = np.float64
+    _compare(model, reference, [(rng.random(s) * 2 - 1).astype(dtype) for s in shapes])
 
 
 def test_classifier_loss_gradients_match_torch(rng):
