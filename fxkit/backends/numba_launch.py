@@ -2,8 +2,9 @@
 
 Generated code calls a fused group like a ufunc, ``mul_9 = fused_0(x)``;
 `KernelCall` picks the kernel's entry point (``kernel`` when every array is
-C-contiguous, ``kernel_strided`` otherwise; a kernel without a strided entry
-gets contiguous copies), provides the output arrays and runs it.
+C-contiguous, or has contiguous rows and is copied; ``kernel_strided``
+otherwise; a kernel without a strided entry gets contiguous copies),
+provides the output arrays and runs it.
 
 Output buffers and aliasing: writing a fresh 64 MB output costs ~30 ms of
 page faults, as much as the arithmetic, so each call site keeps the outputs
@@ -52,7 +53,7 @@ class KernelCall:
         entry = self._contiguous
         for i in self._arrays:
             if not args[i].flags.c_contiguous:
-                if self._strided is not None:
+                if self._strided is not None and not self._rows_contiguous(args):
                     entry = self._strided
                 else:
                     args = tuple(np.ascontiguousarray(a) if k in self._arrays else a for k, a in enumerate(args))
@@ -64,6 +65,21 @@ class KernelCall:
         outs = [self._take(k) for k in range(len(self._outputs))]
         entry(*outs, *args)
         return tuple(outs)
+
+    def _rows_contiguous(self, args):
+        """Whether every array argument has contiguous rows (``chunk``'s and ``x[:, a:b]``'s views).
+
+        Such views are copied for the contiguous entry: numba types the strided
+        entry's arrays with unknown layout and LLVM does not vectorise it, so
+        its loops ran 7x slower than copying rows (a memcpy each) and running
+        the SIMD loops (an LSTM cell's gates, 32x256). Transposes, steps and
+        broadcasts, whose copies gather, keep the strided entry.
+        """
+        for i in self._arrays:
+            a = args[i]
+            if a.ndim and a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
+                return False
+        return True
 
     def _take(self, k):
         pool = self._pools[k]

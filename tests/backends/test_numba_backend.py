@@ -233,6 +233,20 @@ def test_non_contiguous_inputs_use_the_strided_kernel(rng):
     assert call.compiled_signatures()["kernel_strided"]
 
 
+@pytest.mark.slow
+def test_views_with_contiguous_rows_are_copied_for_the_vectorised_kernel(rng):
+    # An LSTM cell's gates: column blocks of one contiguous (rows, 4 * hidden) array.
+    compiled = fxkit.compile(lambda i, g: ops.sigmoid(i) * ops.tanh(g), backend="numba")
+    gates = rng.standard_normal((6, 4 * 5)).astype(np.float32)
+    i, g = fxkit.from_numpy(gates[:, :5]), fxkit.from_numpy(gates[:, 10:15])
+    assert not i.numpy().flags.c_contiguous
+    got = compiled(i, g)
+    i64, g64 = gates[:, :5].astype(np.float64), gates[:, 10:15].astype(np.float64)
+    np.testing.assert_allclose(got.numpy(), np.tanh(g64) / (1 + np.exp(-i64)), rtol=1e-5, atol=1e-6)
+    (call,) = kernel_calls(compiled).values()
+    assert call.compiled_signatures() == {"kernel": call.compiled_signatures()["kernel"], "kernel_strided": []}
+
+
 def test_row_kernels_copy_non_contiguous_inputs(rng):
     compiled = fxkit.compile(lambda x: ops.log_softmax(x, dim=-1), backend="numba")
     x = fxkit.from_numpy(rng.standard_normal((9, 6)).astype(np.float32).T)

@@ -347,6 +347,17 @@ def test_no_injection(canary, names, keys, values, attr):
     assert not canary
 
 
+class _Attributes:
+    """An object whose every attribute, ``__dict__`` and other dunders included, is read from a dict
+    (a ``SimpleNamespace`` cannot hold an attribute named ``__dict__``)."""
+
+    def __init__(self, attributes):
+        object.__setattr__(self, "_attributes", attributes)
+
+    def __getattribute__(self, name):
+        return object.__getattribute__(self, "_attributes")[name]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.lists(text, min_size=1, max_size=3), value=text)
 def test_no_injection_through_attribute_paths(canary, path, value):
@@ -355,14 +366,10 @@ def test_no_injection_through_attribute_paths(canary, path, value):
     g.output(g.get_attr(".".join(path)))
     code = g.python_code()
     _check_source_is_the_code(code)
-    root = types.SimpleNamespace()
-    holder = root
     parts = ".".join(path).split(".")
-    for part in parts[:-1]:
-        child = types.SimpleNamespace()
-        setattr(holder, part, child)
-        holder = child
-    setattr(holder, parts[-1], value)
+    root = value
+    for part in reversed(parts):
+        root = _Attributes({part: root})
     namespace = dict(code.globals)
     exec(compile(code.src, "<test>", "exec"), namespace)
     assert namespace["forward"](root, 0) == value
