@@ -161,6 +161,25 @@ def view_shapes(shape, groups, operands):
     return {name: tuple(None if is_full(shape, s, dims) else 1 for dims in groups) for name, s in operands}
 
 
+def view_loops(groups, views):
+    """How a loop nest over collapsed views sees them: ``(inner, inner_shape, inner_groups)``.
+
+    One dimension a group: ``inner`` gives each operand's view shape with 2
+    standing for "spans the group" and 1 for "broadcast"; ``inner_shape`` is
+    the nest's shape in the same terms, ``inner_groups`` its groups (one a dimension).
+    """
+    inner = {name: tuple(2 if d is None else 1 for d in dims) for name, dims in views.items()}
+    return inner, tuple(2 if dims else 1 for dims in groups), [[g] for g in range(len(groups))]
+
+
+def function_namespace(reserved, arguments):
+    """The names of a generated function's locals: the module's reserved names and its arguments taken."""
+    names = Namespace(reserved)
+    for name in arguments:
+        names.create_name(name)
+    return names
+
+
 def contiguous_views(block, namespace, extents, views):
     """``<name>_v = <name>.reshape(...)`` collapsing each C-contiguous operand (see `view_shapes`)."""
     names = {}
@@ -261,10 +280,7 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
     else:
         groups = collapse(shape, [s for _, s in operands])
         views = view_shapes(shape, groups, operands)
-        # The loops see the views: one dimension a group, 2 standing for "spanned", 1 for broadcast.
-        inner = {name: tuple(2 if d is None else 1 for d in dims) for name, dims in views.items()}
-        inner_shape = tuple(2 if dims else 1 for dims in groups)
-        loop_groups = [[g] for g in range(len(groups))]
+        inner, inner_shape, loop_groups = view_loops(groups, views)
     parallel = parallel_for(shape) and bool(groups[0])
     flat = parallel and not strided and len(groups) == 1
     body = _ElementwiseBody(graph, metas, placeholders, results, params, outs, inner, inner_shape, loop_groups,
@@ -273,9 +289,7 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
         module.lines(["", ""])
         module.line(jit_decorator(False))
         with module.indent(f"def loops{suffix}({', '.join(outs + params)}):"):
-            names = Namespace(RESERVED)
-            for name in outs + params:
-                names.create_name(name)
+            names = function_namespace(RESERVED, outs + params)
             extents = group_extents(module, names, inner_shape, loop_groups, list(inner.items()))
             indices = [names.create_name(f"i{g}") for g in range(len(loop_groups))]
             emit_nest(module, indices, extents, lambda block: body.emit(block, names, indices, {}))

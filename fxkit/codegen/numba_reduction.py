@@ -46,8 +46,8 @@ import inspect
 from fxkit.codegen.block import CodeBlock
 from fxkit.codegen.namespace import Namespace
 from fxkit.codegen.numba_kernel import (HEADER, RESERVED, KernelSource, collapse, contiguous_views, element_index,
-                                        emit_launch, emit_nest, group_extents, jit_decorator, kernel_header,
-                                        parallel_for, view_shapes)
+                                        emit_launch, emit_nest, function_namespace, group_extents, jit_decorator,
+                                        kernel_header, parallel_for, view_loops, view_shapes)
 from fxkit.codegen.numba_scalar import ScalarEmitter, cast, typed_constant, value_metas
 from fxkit.errors import LoweringError
 from fxkit.runtime.meta import TensorMeta
@@ -248,14 +248,10 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
     groups = [g for g in collapse(shape[:len(shape) - k], [_outer(s, shape, k) for _, s in operands]) if g] or [[]]
     groups.append([d for d in range(len(shape) - k, len(shape)) if shape[d] != 1])
     views = view_shapes(shape, groups, operands)
-    inner_shape = tuple(2 if dims else 1 for dims in groups)
-    inner = {name: tuple(2 if d is None else 1 for d in dims) for name, dims in views.items()}
-    inner_groups = [[g] for g in range(len(groups))]
+    inner, inner_shape, inner_groups = view_loops(groups, views)
     module.line(jit_decorator(False))
     with module.indent(f"def rows({', '.join(outs + params)}):"):
-        names = Namespace(_ROW_RESERVED)
-        for name in outs + params:
-            names.create_name(name)
+        names = function_namespace(_ROW_RESERVED, outs + params)
         extents = group_extents(module, names, inner_shape, inner_groups, list(inner.items()))
         indices = [names.create_name(f"i{g}") for g in range(len(groups) - 1)] + [names.create_name("j")]
         emitter = ScalarEmitter(names, metas)
