@@ -57,8 +57,8 @@ def split_batch(values, chunks):
         return [values] * chunks
     for t in tensors:
         if t.ndim == 0:
-            raise ShapeError(f"micro-batches: an input is a 0-d tensor, which has no batch dimension to split; "
-                             f"pass it as a Python number or use chunks=1")
+            raise ShapeError("micro-batches: an input is a 0-d tensor, which has no batch dimension to split; "
+                             "pass it as a Python number or use chunks=1")
     sizes = {t.shape[0] for t in tensors}
     if len(sizes) > 1:
         raise ShapeError(f"micro-batches: the inputs' batch sizes (dimension 0) differ: {sorted(sizes)}; every "

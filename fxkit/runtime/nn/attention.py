@@ -132,8 +132,7 @@ class MultiheadAttention(Module):
             raise ShapeError(f"MultiheadAttention: expected query with embedding dimension {self.embed_dim}, got "
                              f"query of shape {list(query.shape)}")
         q, k, v = self._in_projection(query, key, value, self_attention)
-        heads, head_dim = self.num_heads, self.head_dim
-        q = self._split_heads(q, tgt_len, bsz, batch_first) * math.sqrt(1.0 / float(head_dim))
+        q = self._split_heads(q, tgt_len, bsz, batch_first) * math.sqrt(1.0 / float(self.head_dim))
         k = self._split_heads(k, src_len, bsz, batch_first)
         v = self._split_heads(v, src_len, bsz, batch_first)
         scores = q.matmul(k.transpose(-2, -1))  # (N, H, L, S)
