@@ -274,7 +274,9 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
     operands += [(params[i], metas[n].shape) for i, n in enumerate(placeholders) if isinstance(metas[n], TensorMeta)]
     if strided:
         groups = [[d] for d in range(len(shape)) if shape[d] != 1] or [[]]
-        inner = dict(operands)
+        # NOTE: 0-d arrays reach the loops as 1-element views: numba's parallel lowering hands the
+        # loops a 0-d array's scalar instead of the array, and ``x[()]`` on it does not compile.
+        inner = {name: s or (1,) for name, s in operands}
         inner_shape = shape
         loop_groups = groups
     else:
@@ -298,7 +300,10 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
     with module.indent(f"def kernel{suffix}({', '.join(outs + params)}):"):
         extents = group_extents(module, namespace, shape, groups, operands)
         if strided:
-            arguments = outs + params
+            scalars = {name: namespace.create_name(f"{name}_v") for name, s in operands if not s}
+            for name, view in scalars.items():
+                module.line(f"{view} = {name}.reshape((1,))")
+            arguments = [scalars.get(name, name) for name in outs + params]
             split = {name: groups[0][0] - (len(shape) - len(s)) for name, s in operands
                      if is_full(shape, s, groups[0])}
         else:

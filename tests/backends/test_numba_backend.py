@@ -1,6 +1,7 @@
 """fxkit.compile(backend="numba"): zoo models match eager, what fuses into one kernel, guards,
 recompilation, the output-buffer contract, and random programs against eager."""
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 import fxkit
 from fxkit import nn, ops
 from fxkit.backends.numba_launch import KernelCall
+from fxkit.codegen import numba_kernel
 from fxkit.codegen.numba_kernel import PARALLEL_MIN
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.transforms.fused_op import FusedOp
@@ -234,6 +236,17 @@ def test_non_contiguous_inputs_use_the_strided_kernel(rng):
 
 
 @pytest.mark.slow
+def test_a_parallel_strided_kernel_reads_a_0d_tensor(rng):
+    compiled = fxkit.compile(lambda x, s: ops.tanh(x) * s + s, backend="numba")
+    x = fxkit.from_numpy(rng.standard_normal((PARALLEL_MIN // 512, 512)).astype(np.float32).T)
+    s = fxkit.from_numpy(np.array(1.5, np.float32))
+    got = compiled(x, s)
+    np.testing.assert_allclose(got.numpy(), np.tanh(x.numpy().astype(np.float64)) * 1.5 + 1.5, rtol=1e-5, atol=1e-6)
+    (call,) = kernel_calls(compiled).values()
+    assert call.compiled_signatures()["kernel_strided"]
+
+
+@pytest.mark.slow
 def test_views_with_contiguous_rows_are_copied_for_the_vectorised_kernel(rng):
     # An LSTM cell's gates: column blocks of one contiguous (rows, 4 * hidden) array.
     compiled = fxkit.compile(lambda i, g: ops.sigmoid(i) * ops.tanh(g), backend="numba")
@@ -273,5 +286,17 @@ def test_groups_numba_cannot_run_fall_back_to_numpy(rng):
 def test_random_programs_match_eager(program):
     compiled = fxkit.compile(program.module(), backend="numba")
     got = compiled(*program.inputs)
+    expected = program.expected
+    assert_close(got, expected, rtol=1e-5, atol=1e-5 * max(_scale(expected), 1.0))
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(kinds=("elementwise", "reduction"), max_steps=10))
+def test_random_programs_match_eager_on_the_thread_pool(program):
+    # Every kernel parallel: flat prange loops, tasks over nests and over rows.
+    with mock.patch.object(numba_kernel, "PARALLEL_MIN", 1):
+        compiled = fxkit.compile(program.module(), backend="numba")
+        got = compiled(*program.inputs)
     expected = program.expected
     assert_close(got, expected, rtol=1e-5, atol=1e-5 * max(_scale(expected), 1.0))

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from fxkit import ops
 from fxkit.backends.numba_cache import load_kernel_module
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numba_math import erf32, exp32, exp_nonpositive32, maximum, minimum, tanh32
+from fxkit.codegen import numba_kernel
 from fxkit.codegen.block import CodeBlock
 from fxkit.codegen.numba_kernel import PARALLEL_MIN, elementwise_kernel
 from fxkit.codegen.numba_reduction import row_kernel
@@ -371,3 +373,16 @@ def test_random_elementwise_graphs_match_the_interpreter(case):
     expected = Interpreter(gm).run(*inputs)
     compiled = fxkit.compile(gm, backend="numba")
     assert_matches(compiled(*inputs), expected)
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(elementwise_graphs())
+def test_random_elementwise_graphs_match_the_interpreter_on_the_thread_pool(case):
+    # Every kernel parallel (flat prange loops and tasks over nests), on small inputs.
+    gm, inputs = case
+    expected = Interpreter(gm).run(*inputs)
+    with mock.patch.object(numba_kernel, "PARALLEL_MIN", 1):
+        compiled = fxkit.compile(gm, backend="numba")
+        got = compiled(*inputs)
+    assert_matches(got, expected)
