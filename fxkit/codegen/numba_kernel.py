@@ -81,12 +81,15 @@ class KernelSource(NamedTuple):
         header: the comment mapping its names to graph nodes (shown, not compiled).
         inputs: per kernel input, the `TensorMeta` of an array or the Python type of a scalar.
         outputs: the `TensorMeta` of each output, in the fused op's result order.
+        elementwise: whether each output element depends only on the inputs at its
+            position (row kernels reduce along the last dimensions: they do not).
     """
 
     source: str
     header: str
     inputs: tuple
     outputs: tuple
+    elementwise: bool = True
 
     @property
     def text(self):

@@ -219,7 +219,7 @@ def row_kernel(fused, args, names=None):
     _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue)
     inputs = tuple(metas[n] if isinstance(metas[n], TensorMeta) else type(metas[n]) for n in placeholders)
     header = kernel_header(fused, placeholders, names)
-    return KernelSource(str(module), header, inputs, tuple(metas[r] for r in results))
+    return KernelSource(str(module), header, inputs, tuple(metas[r] for r in results), elementwise=False)
 
 
 def _check(row, k, dtype, shape, prologue, epilogue, results, arrays, metas):

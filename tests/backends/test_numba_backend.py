@@ -247,6 +247,32 @@ def test_a_parallel_strided_kernel_reads_a_0d_tensor(rng):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("axes", [(1, 0, 2), (2, 0, 1)])
+def test_inputs_permuted_alike_run_the_contiguous_kernel_in_their_memory_order(rng, axes):
+    compiled = fxkit.compile(lambda x, y: ops.tanh(x) * y - 1.0, backend="numba")
+    a, b = (rng.standard_normal((4, 5, 6)).astype(np.float32) for _ in range(2))
+    x, y = fxkit.from_numpy(a.transpose(axes)), fxkit.from_numpy(b.transpose(axes))
+    got = compiled(x, y)
+    expected = np.tanh(a.astype(np.float64)).transpose(axes) * b.transpose(axes) - 1.0
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert got.numpy().strides == x.numpy().strides  # laid out like its inputs, as numpy's ufuncs do
+    (call,) = kernel_calls(compiled).values()
+    assert call.compiled_signatures()["kernel_strided"] == []
+    # One input permuted and one not share no memory order (the strided kernel or copies run).
+    mixed = compiled(x, fxkit.from_numpy(np.ascontiguousarray(b.transpose(axes))))
+    np.testing.assert_allclose(mixed.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_kept_permuted_result_is_never_overwritten(rng):
+    compiled = fxkit.compile(lambda x: x * 2.0 + 1.0, backend="numba")
+    a = rng.standard_normal((3, 7)).astype(np.float32)
+    first = compiled(fxkit.from_numpy(a.T))
+    second = compiled(fxkit.from_numpy((a + 1).T))
+    np.testing.assert_allclose(first.numpy(), a.T * 2.0 + 1.0, rtol=1e-6)
+    np.testing.assert_allclose(second.numpy(), (a + 1).T * 2.0 + 1.0, rtol=1e-6)
+
+
+@pytest.mark.slow
 def test_views_with_contiguous_rows_are_copied_for_the_vectorised_kernel(rng):
     # An LSTM cell's gates: column blocks of one contiguous (rows, 4 * hidden) array.
     compiled = fxkit.compile(lambda i, g: ops.sigmoid(i) * ops.tanh(g), backend="numba")
