@@ -7,7 +7,7 @@ registry, so ``v + 1``, ``v.relu()`` and ``fxkit.relu(v)`` all reach
 `Op.__call__`, which hands the call to ``tracer.record_op(op, args, kwargs)``
 (the runtime's dispatch hook; the runtime never imports this layer).
 """
-from fxkit.runtime.tensor_methods import install_methods, install_operators
+from fxkit.runtime.tensor_methods import install_methods, install_operators, install_transposes
 from fxkit.runtime.tracing_hook import ProxyBase
 
 
@@ -32,3 +32,4 @@ class NodeValue(ProxyBase):
 
 install_operators(NodeValue)
 install_methods(NodeValue)
+install_transposes(NodeValue)

@@ -65,6 +65,11 @@ def _transpose(b, op, a, out):
     return b.op("Transpose", a.a.name, perm=perm)
 
 
+@export_rule("numpy_T")
+def _numpy_t(b, op, a, out):
+    return b.op("Transpose", a.a.name, perm=list(range(len(out.shape)))[::-1])
+
+
 @export_rule("contiguous")
 def _contiguous(b, op, a, out):
     return a.a.name

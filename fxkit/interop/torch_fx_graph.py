@@ -32,7 +32,7 @@ _OPERATORS = {operator.add: "add", operator.iadd: "add", operator.sub: "sub", op
               operator.ne: "ne", operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
               operator.and_: "bitwise_and", operator.or_: "bitwise_or", operator.xor: "bitwise_xor",
               operator.invert: "bitwise_not"}
-_ATTRIBUTES = {"shape": "size", "ndim": "dim", "T": "t"}
+_ATTRIBUTES = {"shape": "size", "ndim": "dim", "T": "numpy_T"}
 _IGNORED_KWARGS = {"_stacklevel"}
 
 

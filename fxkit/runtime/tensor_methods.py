@@ -130,8 +130,24 @@ def install_methods(cls, skip=()):
             setattr(cls, name, op_method(op))
 
 
+def install_transposes(cls):
+    """``x.T`` (every dimension reversed, the ``numpy_T`` op) and ``x.mT`` (the last two swapped)
+    as properties of ``cls`` (Tensor here, the tracer's Proxy there: both record the ops)."""
+    numpy_t, transpose = get_op("numpy_T"), get_op("transpose")
+
+    def reversed_dims(self):
+        return numpy_t(self)
+
+    def matrix_transpose(self):
+        return transpose(self, -2, -1)
+
+    cls.T = property(reversed_dims, doc="Every dimension reversed, as numpy's and PyTorch's ``x.T``.")
+    cls.mT = property(matrix_transpose, doc="The last two dimensions swapped: a batch of matrices transposed.")
+
+
 def install_tensor():
     install_operators(Tensor)
+    install_transposes(Tensor)
     for dunder, name in INPLACE_OPERATORS.items():
         setattr(Tensor, dunder, _inplace_operator(get_op(name)))
     install_methods(Tensor)

@@ -170,7 +170,7 @@ class _Functional(tnn.Module):
     def forward(self, x, y):
         z = torch.cat([x, y], dim=1).view(x.shape[0], 2, -1).transpose(1, 2)
         z = TF.gelu(z.flatten(1)) * 2 - y.repeat(1, 2).sigmoid() / 3
-        w = x * self.scale + self.shift
+        w = x * self.scale + self.shift + (x.T @ y).mT.sum(0) / 8
         return z.softmax(-1), torch.where(w > 0, w, -w).sum(dim=1, keepdim=True), w[:, 1:3].max(1)[0]
 
 

@@ -31,6 +31,7 @@ _DIM_PARAMS = ("dim", "dim0", "dim1", "start_dim", "end_dim", "dims")
 _TORCH_SPECIAL = {
     "getitem": lambda torch: operator.getitem,
     "setitem": lambda torch: _torch_setitem,
+    "numpy_T": lambda torch: lambda a: a.T,
 }
 # Ops with no PyTorch counterpart called the same way: their successes are not compared.
 NO_TORCH = {"pipe_split", "quantize_affine", "dequantize_affine", "quantized_linear", "quantized_conv2d",

@@ -67,6 +67,7 @@ TORCH_CALLS = {
     "clamp": _clamp,
     "layer_norm": _layer_norm,
     "getitem_backward": _torch_adjoint,
+    "numpy_T": lambda a: a.T,
     "conv2d_weight_grad": torch.nn.grad.conv2d_weight,
 }
 

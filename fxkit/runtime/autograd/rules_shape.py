@@ -52,6 +52,11 @@ def _t(ctx, g, a):
     return g.t()
 
 
+@defgrad("numpy_T")
+def _numpy_t(ctx, g, a):
+    return g.T
+
+
 @defgrad("narrow")
 def _narrow(ctx, g, a, dim, start, length):
     d = normalize_dim(dim, a.ndim, "narrow")

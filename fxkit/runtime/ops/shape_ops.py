@@ -193,6 +193,16 @@ def t(xp, a):
     return a.T
 
 
+def _numpy_t_rule(a):
+    return _meta(a, a.shape[::-1])
+
+
+@op("numpy_T", kind="view", shape_rule=_numpy_t_rule, method=False)
+def numpy_T(xp, a):  # noqa: N802  (PyTorch's name: ``x.T`` records aten::numpy_T)
+    """Every dimension reversed, as ``x.T`` does in numpy and PyTorch (0-d and 1-d as they are)."""
+    return a.T
+
+
 def _flatten_shape(shape, start_dim, end_dim):
     s, e = normalize_dim(start_dim, len(shape), "flatten"), normalize_dim(end_dim, len(shape), "flatten")
     if not shape:

@@ -56,6 +56,10 @@ case("transpose", lambda r: ((randf(r, 1).reshape(()), 0, -1), {}), lambda a, d0
 case("t", lambda r: ((randf(r, 3, 4),), {}), lambda a: a.T, id="matrix")
 case("t", lambda r: ((randf(r, 5),), {}), lambda a: a, id="vector")
 case("t", lambda r: ((randi(r, 4, 0),), {}), lambda a: a.T, id="empty_int")
+case("numpy_T", lambda r: ((randf(r, 2, 3, 4),), {}), lambda a: a.T, id="3d")
+case("numpy_T", lambda r: ((randf(r, 5),), {}), lambda a: a, id="vector")
+case("numpy_T", lambda r: ((randf(r, 4, 3).T,), {}), lambda a: a.T, id="noncontiguous")
+case("numpy_T", lambda r: ((randi(r, 0, 2),), {}), lambda a: a.T, id="empty_int")
 
 # -- flatten / unflatten ------------------------------------------------------------------
 case("flatten", lambda r: ((randf(r, 2, 3, 4),), {}), lambda a: a.reshape(-1), id="all")
