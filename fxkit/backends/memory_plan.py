@@ -26,7 +26,6 @@ Values are identical to eager execution; the memory layout of a reused buffer
 is the layout the buffer was first allocated with (C order unless the first
 op's inputs were transposed), which no op's result depends on.
 """
-import inspect
 import math
 from typing import NamedTuple
 
@@ -75,7 +74,6 @@ _ALLOCATING_KINDS = frozenset(("elementwise", "matmul", "conv", "reduction"))
 # ... except these ops, which can return a view (numpy's einsum does for 'ij->ji').
 _MAY_RETURN_VIEWS = frozenset((get_op("einsum"),))
 _SCALARS = (int, float, bool)
-_DEFAULTS = {}
 
 
 def ufunc_forms(nodes):
@@ -159,11 +157,7 @@ def _argument(op, node, name):
 
 def _defaults(op):
     """``[(parameter, default)]`` of ``op``'s impl after ``xp``."""
-    defaults = _DEFAULTS.get(op)
-    if defaults is None:
-        params = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
-        defaults = _DEFAULTS[op] = [(p.name, p.default) for p in params]
-    return defaults
+    return [(p.name, p.default) for p in op.signature.parameters.values()]
 
 
 def _at_defaults(op, node, inputs):

@@ -29,7 +29,6 @@ maximum skips NaN (``fmaxf``) but a NaN still makes its row's sum NaN, so the
 whole row is NaN as in eager mode. Operands must be C-contiguous (callers
 copy others) and, over the row dimensions, full or broadcast (a value a row).
 """
-import inspect
 import math
 
 from fxkit.codegen.block import CodeBlock
@@ -50,12 +49,6 @@ BLOCK_MAX = 256
 def block_size(row_length):
     """Threads of the block computing one row of ``row_length`` elements."""
     return min(BLOCK_MAX, max(32, -(-row_length // 32) * 32))
-
-
-def _arguments(node):
-    bound = inspect.signature(node.target.impl).bind(None, *node.args, **node.kwargs)
-    bound.apply_defaults()
-    return bound.arguments
 
 
 def row_kernel(fused, args, names=None):
@@ -205,7 +198,7 @@ class _Statistics:
             s, q, d = names.create_name("s"), names.create_name("q"), names.create_name("d")
             self.mean, self.rstd = names.create_name("mean"), names.create_name("rstd")
             n = self._const(self.length)
-            eps = self._const(_arguments(self.row)["eps"])
+            eps = self._const(self.row.target.bind(self.row.args, self.row.kwargs)["eps"])
             one = self._const(1)
             return [
                 ([f"{t} {s} = {self._const(0)};"], lambda v: [f"{s} += {v};"],
@@ -236,7 +229,7 @@ class _Statistics:
             return f"exp{self.m}({value} - {self.max}) / {self.sum}"
         if name == "log_softmax":
             return f"({value} - {self.max}) - {self.lse}"
-        args = _arguments(self.row)
+        args = self.row.target.bind(self.row.args, self.row.kwargs)
         text = f"({value} - {self.mean}) * {self.rstd}"
         if args["weight"] is not None:
             text = f"{text} * {emitter.operand(args['weight'], self.dtype).at(MUL)}"

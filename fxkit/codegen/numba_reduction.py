@@ -41,7 +41,6 @@ The loops over rows are a function of their own, called on slices of rows
 by the parallel entry, for the reason `fxkit.codegen.numba_kernel` gives.
 """
 import ast
-import inspect
 
 from fxkit.codegen.block import CodeBlock
 from fxkit.codegen.namespace import Namespace
@@ -60,13 +59,6 @@ _ROW_RESERVED = RESERVED + _ROW_HELPERS
 _FLOATS = ("float32", "float64")
 
 
-def _bound(node):
-    signature = inspect.signature(node.target.impl)
-    bound = signature.bind(None, *node.args, **node.kwargs)
-    bound.apply_defaults()
-    return bound.arguments
-
-
 class _Softmax:
     """``exp(x - max) / sum(exp(x - max))`` over the last dimension."""
 
@@ -78,7 +70,7 @@ class _Softmax:
         return not self.log
 
     def row_dims(self, node, input_meta):
-        args = _bound(node)
+        args = node.target.bind(node.args, node.kwargs)
         rank = len(input_meta.shape)
         dim = args["dim"]
         if rank == 0 or args["dtype"] is not None or type(dim) is not int or dim not in (-1, rank - 1):
@@ -126,7 +118,7 @@ class _LayerNorm:
     writes_scratch = False
 
     def row_dims(self, node, input_meta):
-        args = _bound(node)
+        args = node.target.bind(node.args, node.kwargs)
         shape = args["normalized_shape"]
         shape = (shape,) if type(shape) is int else tuple(shape)
         if not shape or len(shape) > len(input_meta.shape) or type(args["eps"]) not in (int, float):
@@ -134,11 +126,11 @@ class _LayerNorm:
         return len(shape)
 
     def operands(self, node):
-        args = _bound(node)
+        args = node.target.bind(node.args, node.kwargs)
         return tuple(args[k] for k in ("weight", "bias") if args[k] is not None)
 
     def emit(self, block, names, row, buf, dtype, node, emitter):
-        args = _bound(node)
+        args = node.target.bind(node.args, node.kwargs)
         mean, rstd = names.create_name("mean"), names.create_name("rstd")
         eps = ast.unparse(typed_constant(args["eps"], dtype))
         one = ast.unparse(typed_constant(1, dtype))

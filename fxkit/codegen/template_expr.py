@@ -79,20 +79,13 @@ def compute_dtype(op, metas, result):
                            scalars)
 
 
-_SIGNATURES = {}
-
-
 def template_names(op, args, kwargs):
     """``({template name: argument}, {option name: value})`` of one call, as tests/runtime/test_templates binds."""
-    signature = _SIGNATURES.get(op)
-    if signature is None:
-        signature = _SIGNATURES[op] = inspect.signature(op.impl)
-    bound = signature.bind(None, *args, **kwargs)
-    bound.apply_defaults()
-    params = list(signature.parameters.values())[1:]
+    arguments = op.bind(args, kwargs)
+    params = op.signature.parameters.values()
     inputs = [p.name for p in params if p.default is inspect.Parameter.empty]
-    names = {INPUT_NAMES[i]: bound.arguments[p] for i, p in enumerate(inputs)}
-    options = {p.name: bound.arguments[p.name] for p in params if p.default is not inspect.Parameter.empty}
+    names = {INPUT_NAMES[i]: arguments[p] for i, p in enumerate(inputs)}
+    options = {p.name: arguments[p.name] for p in params if p.default is not inspect.Parameter.empty}
     return names, options
 
 

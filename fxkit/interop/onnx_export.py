@@ -269,19 +269,10 @@ class _Exporter:
 
 def _bind(op, args, kwargs):
     """The op's arguments by parameter name (defaults filled in), as attributes."""
-    signature = _SIGNATURES.get(op)
-    if signature is None:
-        params = list(inspect.signature(op.impl).parameters.values())[1:]  # after xp
-        signature = _SIGNATURES[op] = inspect.Signature(params)
     try:
-        bound = signature.bind(*args, **kwargs)
+        return Args(op.bind(args, kwargs))
     except TypeError as exc:
-        raise LoweringError(f"{op.name}: arguments do not fit {op.name}{signature}: {exc}") from None
-    bound.apply_defaults()
-    return Args(bound.arguments)
-
-
-_SIGNATURES = {}
+        raise LoweringError(f"{op.name}: arguments do not fit {op.name}{op.signature}: {exc}") from None
 
 
 def _wrap(names, out):

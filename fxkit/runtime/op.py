@@ -12,6 +12,8 @@ Example:
     ... def square(xp, a):
     ...     return xp.multiply(a, a)
 """
+import inspect
+
 import numpy as np
 
 from fxkit.errors import (DeviceError, DTypeError, FxkitError, IndexOutOfRangeError, ShapeError,
@@ -70,7 +72,7 @@ class Op:
     """
 
     __slots__ = ("name", "kind", "impl", "shape_rule", "promote", "template", "method",
-                 "pure", "factory", "promote_from", "grad_rule", "operands", "_fast", "__wrapped__")
+                 "pure", "factory", "promote_from", "grad_rule", "operands", "_fast", "_signature", "__wrapped__")
 
     def __init__(self, name, impl, *, kind, shape_rule=None, promote=None, template=None,
                  method=True, pure=True, factory=False, promote_from=0):
@@ -88,8 +90,9 @@ class Op:
         self.factory = factory
         self.promote_from = promote_from
         self._fast = not factory and promote_from == 0
+        self._signature = None
         # Elementwise ops take their tensor operands first, as the impl's parameters without defaults.
-        self.operands = _required_params(impl) if kind == "elementwise" else 0
+        self.operands = _required_params(self.signature) if kind == "elementwise" else 0
         self.grad_rule = None
         self.__wrapped__ = impl
         if shape_rule is None and kind == "elementwise":
@@ -100,6 +103,23 @@ class Op:
 
     def __repr__(self):
         return f"<op {self.name}>"
+
+    @property
+    def signature(self):
+        """How the op is called: its impl's parameters after ``xp`` (an `inspect.Signature`)."""
+        if self._signature is None:
+            self._signature = inspect.Signature(list(inspect.signature(self.impl).parameters.values())[1:])
+        return self._signature
+
+    def bind(self, args, kwargs):
+        """``{parameter: value}`` of the call ``op(*args, **kwargs)``, defaults filled in.
+
+        Raises:
+            TypeError: the arguments do not fit `signature`.
+        """
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments
 
     def __reduce__(self):
         return (_op_by_name, (self.name,))
@@ -442,11 +462,9 @@ def _wrap(out, device):
     return out
 
 
-def _required_params(impl):
-    """How many parameters after ``xp`` the impl takes without a default."""
-    import inspect
-
-    return sum(1 for p in list(inspect.signature(impl).parameters.values())[1:]
+def _required_params(signature):
+    """How many parameters of ``signature`` come without a default."""
+    return sum(1 for p in signature.parameters.values()
                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 

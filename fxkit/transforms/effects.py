@@ -21,7 +21,6 @@ answered here once from the op registry (``Op.pure``, ``Op.kind``):
   ops are known to return fresh arrays.
 """
 import copy
-import inspect
 import weakref
 
 from fxkit.runtime.op import Op
@@ -112,21 +111,12 @@ def written_nodes(gm):
     return {n for n in graph.nodes if find(n) in written}
 
 
-_SIGNATURES = {}
-
-
 def bound_arguments(op, args, kwargs):
     """``{parameter: value}`` of a call of ``op``, defaults filled in; None when the call does not bind."""
-    signature = _SIGNATURES.get(op)
-    if signature is None:
-        parameters = list(inspect.signature(op.impl).parameters.values())[1:]  # drop ``xp``
-        signature = _SIGNATURES[op] = inspect.Signature(parameters)
     try:
-        bound = signature.bind(*args, **kwargs)
+        return op.bind(args, kwargs)
     except TypeError:
         return None
-    bound.apply_defaults()
-    return bound.arguments
 
 
 _EFFECTS = weakref.WeakKeyDictionary()

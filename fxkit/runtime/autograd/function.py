@@ -63,7 +63,7 @@ class GradRule:
 
     def __init__(self, op, backward, saves=(), out=False, nondiff=(), forward=None, mutates=False,
                  inplace_kw=False):
-        params = list(inspect.signature(op.impl).parameters.values())[1:]  # without xp
+        params = list(op.signature.parameters.values())
         self.params = tuple(p.name for p in params)
         self.varargs_at = next((i for i, p in enumerate(params) if p.kind is p.VAR_POSITIONAL), None)
         unknown = sorted((set(saves) | set(nondiff)) - set(self.params))
