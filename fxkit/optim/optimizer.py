@@ -15,6 +15,7 @@ import numbers
 
 from fxkit.errors import DTypeError, StateDictError
 from fxkit.runtime.autograd.autograd_meta import bump_version
+from fxkit.runtime.autograd.tensor_api import zero_grads
 from fxkit.runtime.tensor import Tensor
 
 _SET_ORDER = ("optimizer parameters need to be organized in ordered collections, but the ordering of tensors in "
@@ -121,15 +122,7 @@ class Optimizer:
                 rather than filling them with zeros: saves memory, and optimizers
                 skip parameters without a gradient.
         """
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = p.grad
-                if grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    grad._data.fill(0)
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure=None):
         """Update every parameter that has a gradient; returns ``closure()`` when given.

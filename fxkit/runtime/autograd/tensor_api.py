@@ -40,6 +40,21 @@ def set_grad(tensor, value):
     meta.grad = value
 
 
+def zero_grads(params, set_to_none):
+    """Reset the gradients of ``params``: drop them (``set_to_none``) or fill them with zeros.
+
+    ``Module.zero_grad`` and ``Optimizer.zero_grad`` both reset this way.
+    """
+    for param in params:
+        grad = param.grad
+        if grad is None:
+            continue
+        if set_to_none:
+            param.grad = None
+        else:
+            grad._data.fill(0)
+
+
 def detach(tensor):
     out = Tensor._make(tensor._data, tensor.device)
     meta = tensor._grad

@@ -13,6 +13,7 @@ import numpy as np
 
 from fxkit.errors import DTypeError
 from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.autograd.tensor_api import zero_grads
 from fxkit.runtime.device import Device
 from fxkit.runtime.nn.parameter import Parameter
 from fxkit.runtime.nn.state_dict import load_into
@@ -347,13 +348,7 @@ class Module:
             set_to_none: drop the gradients (the default, like PyTorch) rather
                 than filling them with zeros.
         """
-        for param in self.parameters():
-            if param.grad is None:
-                continue
-            if set_to_none:
-                param.grad = None
-            else:
-                param.grad._data.fill(0)
+        zero_grads(self.parameters(), set_to_none)
 
     def _apply(self, fn):
         """Replace every parameter's and buffer's data with ``fn(tensor)``.
