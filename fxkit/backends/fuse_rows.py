@@ -30,7 +30,7 @@ from fxkit.graph import Graph
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import Op
 from fxkit.transforms import Pass
-from fxkit.transforms.fused_op import FusedOp
+from fxkit.transforms.fused_op import FusedOp, group_inputs
 
 _FLOATS = ("float32", "float64")
 
@@ -131,12 +131,7 @@ def _consumer(row, shape, k):
 
 def _fuse(graph, producer, row, consumer, name):
     members = [n for n in (producer, row, consumer) if n is not None]
-    inside = set(members)
-    inputs = {}
-    for node in members:
-        for used in node.all_input_nodes:
-            if used not in inside:
-                inputs[used] = None
+    inputs = group_inputs(members)
     body = Graph()
     env = {}
     for used in inputs:

@@ -37,7 +37,7 @@ from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 from fxkit.transforms.effects import is_pure
-from fxkit.transforms.fused_op import FusedOp
+from fxkit.transforms.fused_op import FusedOp, group_inputs
 from fxkit.transforms.pass_base import Pass
 
 _GETITEM = get_op("getitem")
@@ -276,11 +276,7 @@ def _rebuild(nodes, groups, impure, first_index):
 def _emit_group(new, members, env, name):
     """Add the call of a `FusedOp` computing ``members`` (and getitems for several results)."""
     inside = set(members)
-    inputs = {}
-    for node in members:
-        for used in node.all_input_nodes:
-            if used not in inside:
-                inputs[used] = None
+    inputs = group_inputs(members)
     # Unused members stay results: dropping them is dead-code elimination's job.
     outputs = [n for n in members if not n.users or any(u not in inside for u in n.users)]
     body = Graph()

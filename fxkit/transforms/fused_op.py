@@ -144,4 +144,11 @@ class FusedOp:
         return f"FusedOp({self.name}: {', '.join(ops)})"
 
 
+def group_inputs(members):
+    """The values a group of ``members`` reads from outside it, in order of first use: the
+    placeholders of its `FusedOp` body and the arguments of its call."""
+    inside = set(members)
+    return list(dict.fromkeys(used for node in members for used in node.all_input_nodes if used not in inside))
+
+
 register_target_kind("fused_op", FusedOp)
