@@ -31,7 +31,7 @@ Before and after ``grad(gm, example_inputs=[(4, 3)])`` on ``relu(x @ w)``::
 """
 from fxkit.errors import GraphError
 from fxkit.graph import GraphModule, Node, map_arg
-from fxkit.runtime.autograd.engine import sum_to_shape
+from fxkit.runtime.autograd.engine import shaped_like
 from fxkit.runtime.autograd.function import GradRule, run_rule
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.nn.module import Module
@@ -307,12 +307,7 @@ class _Backward:
             g = self.rec.constant(g)
         if not isinstance(g, GradProxy):
             raise location_error(f"grad: the grad rule of {op_name} returned {type(g).__name__}, not a tensor", node)
-        shape = tuple(like.shape)
-        if g.shape != shape:
-            g = sum_to_shape(g, shape, op_name)
-        if g.dtype is not like.dtype:
-            g = g.to(like.dtype)
-        return g
+        return shaped_like(g, like, op_name)
 
 
 def _floating_tensor(node):

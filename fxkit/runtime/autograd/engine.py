@@ -263,6 +263,11 @@ def conform(grad, like, op_name):
         return None
     if not isinstance(grad, Tensor):
         raise AutogradError(f"{op_name}: its grad rule returned {type(grad).__name__}, not a Tensor")
+    return shaped_like(grad, like, op_name)
+
+
+def shaped_like(grad, like, op_name):
+    """A gradient (Tensor or recorded graph value) summed to ``like``'s shape and cast to its dtype."""
     shape = tuple(like.shape)
     if grad.shape != shape:
         grad = sum_to_shape(grad, shape, op_name)
