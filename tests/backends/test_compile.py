@@ -9,17 +9,8 @@ from fxkit import nn, ops
 from fxkit.backends import Backend, CompiledModule, backend_names, get_backend, register_backend
 from fxkit.backends.numpy_backend import NumpyBackend
 from fxkit.errors import GraphError, IndexOutOfRangeError, LoweringError
+from tests.backends.examples import chain, randn
 from tests.transforms.model_paths import ZOO_SHAPES, assert_close, zoo_model, zoo_params
-
-
-def randn(rng, *shape, dtype=np.float32):
-    return fxkit.from_numpy(rng.standard_normal(shape).astype(dtype))
-
-
-def chain(x):
-    for _ in range(10):
-        x = x * x
-    return x
 
 
 def op_names(graph):

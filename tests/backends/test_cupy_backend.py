@@ -11,18 +11,13 @@ import fxkit
 from fxkit import nn, ops
 from fxkit.errors import DeviceError, DTypeError, ShapeError
 from fxkit.transforms.fused_op import FusedOp
+from tests.backends.examples import chain
 from tests.conftest import HAS_CUDA
 from tests.transforms.model_paths import ZOO_SHAPES, assert_close, zoo_model, zoo_params
 from tests.transforms.random_graphs import programs
 
 cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU with cupy")
 RANDOM = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def chain(x):
-    for _ in range(10):
-        x = x * x
-    return x
 
 
 def on_gpu(array):

@@ -9,6 +9,7 @@ from fxkit import ops
 from fxkit.backends.memory_plan import UFUNC_FORMS, UfuncForm, allocates, plan_buffers, ufunc_forms
 from fxkit.backends.specialize import Specialize
 from fxkit.runtime.meta import TensorMeta
+from tests.backends.examples import chain
 
 
 def specialized(fn, *specs):
@@ -28,12 +29,6 @@ def check_compiled(fn, *inputs):
     expected = fn(*inputs)
     got = fxkit.compile(fn)(*inputs)
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
-
-
-def chain(x):
-    for _ in range(10):
-        x = x * x
-    return x
 
 
 def test_the_chain_allocates_once():

@@ -14,21 +14,12 @@ from fxkit.codegen import numba_kernel
 from fxkit.codegen.numba_kernel import PARALLEL_MIN
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.transforms.fused_op import FusedOp
+from tests.backends.examples import chain, randn
 from tests.transforms.model_paths import ZOO_SHAPES, assert_close, zoo_model, zoo_params
 from tests.transforms.random_graphs import programs
 
 pytest.importorskip("numba")
 RANDOM = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def randn(rng, *shape, dtype=np.float32):
-    return fxkit.from_numpy(rng.standard_normal(shape).astype(dtype))
-
-
-def chain(x):
-    for _ in range(10):
-        x = x * x
-    return x
 
 
 def kernel_calls(compiled):

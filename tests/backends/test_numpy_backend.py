@@ -13,22 +13,14 @@ from fxkit.backends.specialize import Specialize
 from fxkit.errors import DeviceError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.tensor import Tensor
+from tests.backends.examples import chain, randn
 from tests.transforms.model_paths import assert_close
 from tests.transforms.random_graphs import dags
 
 RANDOM = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def randn(rng, *shape, dtype=np.float32):
-    return fxkit.from_numpy(rng.standard_normal(shape).astype(dtype))
-
-
 def test_the_chain_is_ten_ufunc_calls_into_one_buffer():
-    def chain(x):
-        for _ in range(10):
-            x = x * x
-        return x
-
     code = fxkit.compile(chain, example_inputs=[(5,)]).code
     lines = ["def forward(x):", "    mul = np_multiply(x, x)"]
     lines += [f"    mul_{i} = np_multiply({p}, {p}, out={p})" for i, p in

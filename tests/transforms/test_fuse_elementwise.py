@@ -14,17 +14,12 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.transforms import ShapeProp, estimate_cost, infer_shapes
 from fxkit.transforms.fuse_elementwise import FuseElementwise, fuse_elementwise
 from fxkit.transforms.fused_op import FusedOp
+from tests.backends.examples import chain
 from tests.tracer.paths import assert_same
 from tests.transforms.model_paths import check_model_paths, zoo_model, zoo_params
 from tests.transforms.random_graphs import chains, dags
 
 RANDOM = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def square_ten_times(x):
-    for _ in range(10):
-        x = x * x
-    return x
 
 
 def fused_calls(gm):
@@ -63,11 +58,11 @@ with fused_0 = graph(x):
 
 def test_square_chain_becomes_one_group(rng):
     x = fxkit.from_numpy(rng.uniform(0.999, 1.001, size=(5,)).astype(np.float32))
-    gm = fuse_elementwise(fxkit.symbolic_trace(square_ten_times))
+    gm = fuse_elementwise(fxkit.symbolic_trace(chain))
     assert str(gm.graph) == CHAIN_TEXT
     assert "mul_9 = fused_0(x)" in gm.code
     np.testing.assert_allclose(gm(x).numpy(), x.numpy().astype(np.float64) ** 1024, rtol=1e-4)
-    assert_same(gm(x), square_ten_times(x))
+    assert_same(gm(x), chain(x))
 
 
 def test_lstm_cell_pointwise_tail_is_one_group():
@@ -228,7 +223,7 @@ def test_random_modules_keep_their_order_in_training(rng, training):
 
 
 def test_second_run_changes_nothing_and_names_stay_unique(rng):
-    gm = fuse_elementwise(fxkit.symbolic_trace(square_ten_times))
+    gm = fuse_elementwise(fxkit.symbolic_trace(chain))
     before = str(gm.graph)
     assert str(fuse_elementwise(gm).graph) == before
     # New elementwise ops after a fused call form fused_1.
@@ -240,7 +235,7 @@ def test_second_run_changes_nothing_and_names_stay_unique(rng):
     gm = fuse_elementwise(gm)
     assert [c.target.name for c in fused_calls(gm)] == ["fused_0", "fused_1"]
     x = fxkit.from_numpy(rng.uniform(0.999, 1.001, size=(4,)).astype(np.float32))
-    assert_same(gm(x), ops.sigmoid(ops.neg(square_ten_times(x))))
+    assert_same(gm(x), ops.sigmoid(ops.neg(chain(x))))
 
 
 def test_min_size_is_validated():
@@ -249,7 +244,7 @@ def test_min_size_is_validated():
 
 
 def test_malformed_input_graph_is_named():
-    gm = fxkit.symbolic_trace(square_ten_times)
+    gm = fxkit.symbolic_trace(chain)
     first, second = gm.graph.find_nodes(op="call")[:2]
     first.args = (second, second)         # use before definition
     with pytest.raises(GraphError, match=r"(?s)FuseElementwise: the input graph is malformed.*%mul uses %mul_1"):
