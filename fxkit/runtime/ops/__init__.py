@@ -9,6 +9,7 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     reductions,
     softmax,
     shape_ops,
+    unbind,
     rearrange,
     norm_ops,
     loss_ops,
