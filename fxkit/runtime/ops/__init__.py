@@ -5,6 +5,7 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     casts,
     factories,
     indexing,
+    index_put,
     linalg,
     reductions,
     softmax,
