@@ -51,7 +51,7 @@ def _adaptive_max_pool(b, op, a, out):
         return b.op("MaxPool", a.input.name, kernel_shape=kernel, strides=kernel)
     x = a.input.name
     for axis, (n, m) in zip((-2, -1), zip(size_in, size_out)):
-        parts = [b.reduce("ReduceMax", b.op("Slice", x, b.ints([s]), b.ints([e]), b.ints([axis])), [axis], True)
+        parts = [b.reduce("ReduceMax", b.op("Slice", x, b.ints([int(s)]), b.ints([int(e)]), b.ints([axis])), [axis], True)
                  for s, e in zip(*adaptive_bounds(n, m))]
         x = parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=axis)
     return x
