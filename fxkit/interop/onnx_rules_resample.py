@@ -15,7 +15,7 @@ import numpy as np
 
 from fxkit.interop.onnx_rules import concrete, export_rule, unsupported
 from fxkit.runtime import dtypes as _dt
-from fxkit.runtime.ops.pooling import _adaptive_matrix, adaptive_bounds
+from fxkit.runtime.ops.pooling import adaptive_matrix, adaptive_bounds
 
 
 def _adaptive_sizes(op, a, out):
@@ -33,8 +33,8 @@ def _adaptive_avg_pool(b, op, a, out):
         kernel = [i // o for i, o in zip(size_in, size_out)]
         return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=kernel)
     dtype = out.dtype
-    rows = b.const(_adaptive_matrix(size_in[0], size_out[0], np.float64), dtype)
-    cols = b.const(_adaptive_matrix(size_in[1], size_out[1], np.float64).T, dtype)
+    rows = b.const(adaptive_matrix(size_in[0], size_out[0], np.float64), dtype)
+    cols = b.const(adaptive_matrix(size_in[1], size_out[1], np.float64).T, dtype)
     return b.op("MatMul", rows, b.op("MatMul", a.input.name, cols))
 
 

@@ -92,7 +92,9 @@ def _same(x, y):
 @export_rule("getitem")
 def _getitem(b, op, a, out):
     if isinstance(a.a, (tuple, list)):
-        return a.a[a.index].name  # an element of a tuple of results (chunk, split, a layer's outputs)
+        # an element of a tuple of results (chunk, split, a layer's outputs), itself maybe a tuple (LSTM's (h, c))
+        picked = a.a[a.index]
+        return picked.name if isinstance(picked, Value) else picked
     x, items = a.a, a.index if isinstance(a.index, tuple) else (a.index,)
     if sum(isinstance(i, Value) for i in items) > 1 or any(isinstance(i, (list, tuple)) for i in items):
         raise unsupported(op, "indexing with several index tensors or lists", "index one dimension at a time")
