@@ -67,5 +67,7 @@ def test_errors_say_what_to_pass():
         x.index_put((fxkit.tensor([0]),), fxkit.tensor(1))
     with pytest.raises(ShapeError, match="cannot be broadcast"):
         x.index_put((fxkit.tensor([0, 1]),), fxkit.ones(3))
+    with pytest.raises(fxkit.IndexOutOfRangeError, match=r"shape of the mask \[4\] at index 0 does not match"):
+        x.index_put((fxkit.tensor([True, False, True, True]),), fxkit.tensor(1.0), accumulate=True)
     with pytest.raises(ValueError, match="reduce argument must be either 'add' or 'multiply'"):
         x.scatter(0, fxkit.tensor([[0]]), fxkit.ones(1, 1), reduce="max")
