@@ -42,17 +42,17 @@ def _adaptive_avg_pool(b, op, a, out):
 def _adaptive_max_pool(b, op, a, out):
     if a.return_indices:
         raise unsupported(op, "return_indices=True", "pool without indices for export")
-    values = out
-    if tuple(values.shape[-2:]) == (1, 1):
+    if tuple(out.shape[-2:]) == (1, 1):
         return b.op("GlobalMaxPool", a.input.name)
-    size_in, size_out = _adaptive_sizes(op, a, values)
+    size_in, size_out = _adaptive_sizes(op, a, out)
     if not any(i % o for i, o in zip(size_in, size_out)):
         kernel = [i // o for i, o in zip(size_in, size_out)]
         return b.op("MaxPool", a.input.name, kernel_shape=kernel, strides=kernel)
     x = a.input.name
     for axis, (n, m) in zip((-2, -1), zip(size_in, size_out)):
-        parts = [b.reduce("ReduceMax", b.op("Slice", x, b.ints([int(s)]), b.ints([int(e)]), b.ints([axis])), [axis], True)
-                 for s, e in zip(*adaptive_bounds(n, m))]
+        windows = [b.op("Slice", x, b.ints([int(s)]), b.ints([int(e)]), b.ints([axis]))
+                   for s, e in zip(*adaptive_bounds(n, m))]
+        parts = [b.reduce("ReduceMax", w, [axis], True) for w in windows]
         x = parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=axis)
     return x
 
