@@ -13,7 +13,8 @@ page faults, as much as the arithmetic, so each call site keeps the outputs
 it made (up to `POOL` per output) and writes into one again when nothing
 outside the pool refers to it any more: neither the caller (a result it
 kept, a Tensor around it, a view of it) nor generated code. The contract:
-**a result is never overwritten while anything references it**; a caller who
+**a result is never overwritten while anything references it** (the rule of
+`fxkit.backends.memory_plan`, checked here at run time); a caller who
 keeps every result gets fresh arrays, one who drops them gets the same memory
 back. The test is CPython's reference count of the buffer, so it also holds
 with several threads calling one compiled module: a buffer is counted as
