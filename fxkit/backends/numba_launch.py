@@ -78,9 +78,18 @@ class KernelCall:
 
     def _dense_order(self, args):
         """The axis order in which every array argument is C-contiguous (``x.T``'s is reversed),
-        or None when they do not share one."""
+        or None when they do not share one.
+
+        Size-1 dimensions stay where they are (their strides are arbitrary): the
+        kernel was generated for the call's shape and reads the extents of the
+        other dimensions by position, so only those may trade places.
+        """
         first = args[self._arrays[0]]
-        order = tuple(sorted(range(first.ndim), key=lambda d: -first.strides[d]))
+        moving = [d for d in range(first.ndim) if first.shape[d] != 1]
+        order = list(range(first.ndim))
+        for position, d in zip(moving, sorted(moving, key=lambda d: -first.strides[d])):
+            order[position] = d
+        order = tuple(order)
         for i in self._arrays:
             if not args[i].transpose(order).flags.c_contiguous:
                 return None
