@@ -250,9 +250,13 @@ def _described(value):
 @op("lerp", kind="elementwise", promote="float",
     template="where(abs(c) < 0.5, a + c * (b - a), b - (b - a) * (1 - c))")
 def lerp(xp, a, b, weight):
-    """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``)."""
+    """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``); half precision
+    computes in float32 and rounds once, as PyTorch does (``b - a`` may overflow in float16)."""
     if hasattr(a, "dtype") and a.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(lerp.impl, xp, a, b, weight)
+    if hasattr(a, "dtype") and a.dtype == xp.float16:
+        wide = [v.astype(xp.float32) if hasattr(v, "dtype") else v for v in (a, b, weight)]
+        return lerp.impl(xp, *wide).astype(xp.float16)
     if not hasattr(weight, "dtype"):
         if -0.5 < weight < 0.5:
             out = xp.subtract(b, a)
