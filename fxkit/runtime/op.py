@@ -110,12 +110,8 @@ class Op:
         return f"<op {self.name}>"
 
     def kernel_template(self, dtype):
-        """The template a kernel computing this op for a result of ``dtype`` is built from, or None.
-
-        None for ops without one, and for integer (or unknown) results of ops with
-        `integer_checks`: eager mode raises on an integer division by zero where a
-        kernel would write garbage, so those calls keep running the impl.
-        """
+        """The template of a kernel computing this op for a ``dtype`` result, or None: also for
+        integer (or unknown) results of `integer_checks` ops, whose calls keep running the impl."""
         if self.integer_checks and (dtype is None or not dtype.is_floating_point):
             return None
         return self.template
