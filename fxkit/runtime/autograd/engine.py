@@ -7,6 +7,7 @@ Leaves accumulate into ``.grad`` (`backward`) or hand their gradient back
 so memory held for backward is freed as the pass goes, and a second backward
 through the same graph is an error, as in PyTorch.
 """
+import threading
 import weakref
 
 from fxkit.errors import AutogradError
@@ -16,6 +17,9 @@ from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 
 _GRAD = grad_mode.ENABLED
+_ACCUMULATE = threading.Lock()
+"""Serialises adding into ``.grad``: threads running backward into one shared parameter (PyTorch's
+AccumulateGrad locks the same way) would otherwise lose updates between the check and the add."""
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -313,10 +317,11 @@ def _deliver(meta, g, capture):
 def _accumulate(meta, g):
     """Add ``g`` into ``meta.grad``: a fresh copy the first time (a rule's gradient may alias
     another), in place afterwards (as PyTorch's AccumulateGrad)."""
-    if meta.grad is None:
-        meta.grad = Tensor._make(g._data.copy(), g.device)
-    else:
-        meta.grad._data += g._data
+    with _ACCUMULATE:
+        if meta.grad is None:
+            meta.grad = Tensor._make(g._data.copy(), g.device)
+        else:
+            meta.grad._data += g._data
 
 
 def retain(meta):
