@@ -21,12 +21,13 @@ Example (``fxkit launch -n 4 train.py``: 2 stages x 2 replicas):
 """
 import time
 
-from fxkit.backends.microbatch import flat_tensors, map_tensors, split_batch, split_sizes
+from fxkit.backends.microbatch import flat_tensors, join_batches, map_tensors, split_batch, split_sizes
 from fxkit.backends.pipeline import _TrainStep, as_chain, stage_schedule
 from fxkit.distributed import average_gradients, broadcast, new_group
 from fxkit.distributed.process_group import default_group
 from fxkit.distributed.transport import Channel
 from fxkit.errors import DistributedError
+from fxkit.runtime.autograd import no_grad
 from fxkit.runtime.device import Device
 
 
@@ -121,6 +122,21 @@ class PipelineDataParallel:
             average_gradients([p.grad for p in self.module.parameters() if p.grad is not None], self.stage_group)
         self.wall_seconds = time.perf_counter() - start
         return loss if last else None
+
+    def __call__(self, *inputs):
+        """The model's output for ``inputs`` (no gradients): on the last stage's ranks; None elsewhere."""
+        s, last = self.stage, self.stage == self.n_stages - 1
+        batches = split_batch(list(self.chain.first_inputs(inputs)), self.chunks)
+        outputs = []
+        with no_grad():
+            for j in range(self.chunks):
+                values = batches[j] if s == 0 else self._receive(s - 1, j)
+                out = self.chain.run_stage(s, map_tensors(values, lambda t: t.to(self.device)))
+                if last:
+                    outputs.append(self.chain.assemble(out))
+                else:
+                    self.channel.send(out, s + 1, j)
+        return join_batches(outputs) if last else None
 
     def _receive(self, peer, j):
         got, values = self.channel.recv(peer)

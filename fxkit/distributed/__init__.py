@@ -18,6 +18,7 @@ Example (``fxkit launch -n 2 train.py``):
 """
 from fxkit.distributed.collectives import (ReduceOp, all_gather, all_reduce, barrier, broadcast, gather,
                                            reduce_scatter, scatter)
+from fxkit.distributed.checkpoint import load_checkpoint, save_checkpoint
 from fxkit.distributed.ddp import DistributedDataParallel
 from fxkit.distributed.process_group import (ProcessGroup, destroy_process_group, get_rank, get_world_size,
                                              init_process_group, is_available, is_initialized, new_group)
@@ -29,4 +30,5 @@ from fxkit.errors import DistributedError
 
 __all__ = ["DistributedDataParallel", "DistributedSampler", "average_gradients", "DistributedError", "ProcessGroup", "ReduceOp", "Work", "abort_on_error", "all_gather", "all_reduce",
            "barrier", "broadcast", "destroy_process_group", "gather", "get_rank", "get_world_size",
-           "init_process_group", "is_available", "is_initialized", "new_group", "reduce_scatter", "scatter"]
+           "init_process_group", "is_available", "is_initialized", "load_checkpoint", "new_group", "reduce_scatter",
+           "save_checkpoint", "scatter"]
