@@ -18,6 +18,7 @@ elsewhere: ``fxkit.transforms.grad`` graphs, compiled steps, pipeline stages.
 import numpy as np
 
 from fxkit.distributed.collectives import ReduceOp, all_reduce, broadcast
+from fxkit.distributed.work import Progress
 from fxkit.errors import DistributedError
 from fxkit.runtime.autograd.engine import queue_callback
 from fxkit.runtime.tensor import Tensor
@@ -103,6 +104,7 @@ class Reducer:
         self.buckets = self._build(range(len(self.params) - 1, -1, -1))
         self.rebuilt = False
         self.expecting = False
+        self.progress = Progress(group)
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
 
     def _build(self, order):
@@ -159,6 +161,7 @@ class Reducer:
             k = self.next_bucket
             self.works[k] = all_reduce(self.buckets.tensor(k), ReduceOp.AVG, self.group, async_op=True)
             self.next_bucket += 1
+            self.progress.start()
 
     def finish(self):
         """After the backward: wait for every bucket, write the averages into ``.grad``."""
@@ -168,8 +171,11 @@ class Reducer:
             raise DistributedError(f"DistributedDataParallel: parameters {missing} got no gradient in this backward, "
                                    f"so their buckets can never be reduced and the ranks would disagree; pass "
                                    f"find_unused_parameters=True if the forward does not always use them")
-        for w in self.works:
-            w.wait()
+        try:
+            for w in self.works:
+                w.wait()
+        finally:
+            self.progress.stop()
         usage = None
         if self.used is not None:
             usage = Tensor(np.array(self.used, np.uint8))
