@@ -15,6 +15,8 @@ returns.
 `average_gradients` is the same, all at once, for gradients that come from
 elsewhere: ``fxkit.transforms.grad`` graphs, compiled steps, pipeline stages.
 """
+import os
+
 import numpy as np
 
 from fxkit.distributed.collectives import ReduceOp, all_reduce, broadcast
@@ -105,6 +107,10 @@ class Reducer:
         self.rebuilt = False
         self.expecting = False
         self.progress = Progress(group)
+        # NOTE: a progress thread needs a core the ranks' compute does not use: with no spare core it slows the
+        # backward more than it hides (measured by benchmarks/distributed.py); without it MPI moves the
+        # all-reduces on only inside the hooks and the waits.
+        self.use_progress_thread = (os.cpu_count() or 1) > _ranks_on_this_machine(group)
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
 
     def _build(self, order):
@@ -161,7 +167,8 @@ class Reducer:
             k = self.next_bucket
             self.works[k] = all_reduce(self.buckets.tensor(k), ReduceOp.AVG, self.group, async_op=True)
             self.next_bucket += 1
-            self.progress.start()
+            if self.use_progress_thread:
+                self.progress.start()
 
     def finish(self):
         """After the backward: wait for every bucket, write the averages into ``.grad``."""
@@ -206,6 +213,14 @@ class Reducer:
     def remove(self):
         for h in self._handles:
             h.remove()
+
+
+def _ranks_on_this_machine(group):
+    local = group.comm.Split_type(group.MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
 
 
 def _reached(outputs, params):
