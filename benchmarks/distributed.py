@@ -13,6 +13,9 @@ Figures:
   whose all-reduces start during backward. Hidden share = (T_bwd + T_ar - T_ddp) / T_ar.
   With the progress thread (an MPI-calling thread during backward) and without it (MPI moves on only
   in DDP's hooks and waits; DDP's choice when there are no more cores than ranks on the machine).
+  Again with each layer's backward also waiting 20 ms off the cpu (``time.sleep``, a stand-in for an
+  accelerator computing while the host is free, as the pipeline benchmark's "sleep" stages): on a
+  machine whose cores are all busy computing, there is no idle cpu for the reduction to hide in.
 - step time of the digits Net (forward, backward, SGD) at a global batch of 64 on 1, 2 and 4 ranks.
   Every rank uses one BLAS thread; with more ranks than cores they share cores (oversubscription).
 """
@@ -78,19 +81,25 @@ def bandwidth(args):
 
 
 class MLP(nn.Module):
-    def __init__(self):
+    """``LAYERS`` Linear+ReLU layers; with ``device_seconds`` each layer's backward also waits that long
+    without using the cpu (a stand-in for an accelerator computing while the host is free)."""
+
+    def __init__(self, device_seconds=0.0):
         super().__init__()
         self.layers = nn.ModuleList([nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+        self.device_seconds = device_seconds
 
     def forward(self, x):
         for layer in self.layers:
             x = layer(x).relu()
+            if self.device_seconds and x.requires_grad:
+                x.register_hook(lambda g: time.sleep(self.device_seconds))
         return x
 
 
 def overlap(args):
     fxkit.manual_seed(0)
-    model = MLP()
+    model = MLP(args.device_ms / 1e3)
     ddp = dist.DistributedDataParallel(model, bucket_cap_mb=4)
     ddp.reducer.use_progress_thread = True
     hooks_only = dist.DistributedDataParallel(model, bucket_cap_mb=4)
@@ -161,10 +170,10 @@ def worker(args):
         print("RESULT " + json.dumps(result), flush=True)
 
 
-def run(n, part, quick):
+def run(n, part, quick, *more):
     from fxkit.distributed.launch import command
 
-    extra = ["--worker", part] + (["--quick"] if quick else [])
+    extra = ["--worker", part, *more] + (["--quick"] if quick else [])
     job = subprocess.run(command(n, __file__, extra), capture_output=True, text=True, timeout=900)
     lines = [line for line in job.stdout.splitlines() if line.startswith("RESULT ")]
     if job.returncode != 0 or not lines:
@@ -176,6 +185,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--worker", choices=("bandwidth", "overlap", "steps"))
+    parser.add_argument("--device-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         with dist.abort_on_error():
@@ -187,14 +197,17 @@ def main():
     print(f"{'bytes':>12} {'fxkit':>9} {'mpi4py':>9} {'ratio':>7}")
     for row in run(2, "bandwidth", args.quick):
         print(f"{row['bytes']:>12,} {row['fxkit_GBps']:>9.2f} {row['mpi4py_GBps']:>9.2f} {row['ratio']:>7.1%}")
-    o = run(2, "overlap", args.quick)
-    print(f"\noverlap, 2 ranks, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}), batch {BATCH}, {o['buckets']} buckets of 4 MB")
-    print(f"  backward alone {o['backward_ms']:.1f} ms; all-reduce after backward {o['allreduce_ms']:.1f} ms "
-          f"(backward + all-reduce {o['after_ms']:.1f} ms)")
-    print(f"  DDP backward with bucketed all-reduces and a progress thread {o['ddp_ms']:.1f} ms: {o['hidden']:.0%} of the all-reduce "
-          f"time hidden behind backward")
-    print(f"  the same without the progress thread (MPI progresses only in hooks and waits) {o['hooks_ms']:.1f} ms: "
-          f"{o['hidden_hooks']:.0%} hidden")
+    for device_ms in (0, 20):
+        o = run(2, "overlap", args.quick, "--device-ms", str(device_ms))
+        what = " + a 20 ms off-cpu wait per layer in backward (an accelerator stand-in)" if device_ms else ""
+        print(f"\noverlap, 2 ranks, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}){what}, batch {BATCH}, "
+              f"{o['buckets']} buckets of 4 MB")
+        print(f"  backward alone {o['backward_ms']:.1f} ms; all-reduce after backward {o['allreduce_ms']:.1f} ms "
+              f"(backward + all-reduce {o['after_ms']:.1f} ms)")
+        print(f"  DDP backward with bucketed all-reduces and a progress thread {o['ddp_ms']:.1f} ms: "
+              f"{o['hidden']:.0%} of the all-reduce time hidden behind backward")
+        print(f"  the same without the progress thread (MPI progresses only in hooks and waits) "
+              f"{o['hooks_ms']:.1f} ms: {o['hidden_hooks']:.0%} hidden")
     print(f"\ndigits Net step time, global batch {BATCH}")
     base = None
     for n in (1, 2, 4):
