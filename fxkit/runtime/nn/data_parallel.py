@@ -13,7 +13,7 @@ their kernels, so the threads run in parallel where the work is in arrays
 import threading
 
 from fxkit.errors import DeviceError, ShapeError
-from fxkit.runtime.device import Device, cpu
+from fxkit.runtime.device import Device, cpu, cuda
 from fxkit.runtime.nn.module import Module
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
@@ -40,8 +40,6 @@ class DataParallel(Module):
     def __init__(self, module, device_ids=None, output_device=None, dim=0):
         super().__init__()
         if device_ids is None:
-            from fxkit.runtime.device import cuda
-
             device_ids = list(range(cuda.device_count())) if cuda.is_available() else ["cpu"]
         if not device_ids:
             raise DeviceError("DataParallel: device_ids is empty; pass at least one device")
