@@ -51,7 +51,7 @@ def build_parser():
     # launch takes a script, not a model: no common model arguments.
     sub = commands.add_parser(launch.NAME, help=launch.HELP, description=launch.DESCRIPTION, epilog=launch.EXAMPLES)
     launch.configure(sub)
-    sub.set_defaults(run=launch.run, traceback=False)
+    sub.set_defaults(run=launch.run)
     return parser
 
 

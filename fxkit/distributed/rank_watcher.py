@@ -31,7 +31,7 @@ def watch_rank(script, args):
     # NOTE: close_fds=False: the child talks to mpiexec through the PMI socket this process inherited. Its own
     # process group: mpiexec's signals to this rank's group (SIGUSR1 when a peer ends) reach the watcher only.
     child = subprocess.Popen([sys.executable, script, *args], close_fds=False, preexec_fn=_die_with_parent,
-                             process_group=0)
+                             start_new_session=True)
     while True:
         try:
             code = child.wait()
