@@ -9,6 +9,7 @@ from fxkit.runtime.nn.activation import GELU, LogSoftmax, ReLU, Sigmoid, SiLU, S
 from fxkit.runtime.nn.attention import MultiheadAttention
 from fxkit.runtime.nn.container import ModuleDict, ModuleList, Sequential
 from fxkit.runtime.nn.conv import Conv2d
+from fxkit.runtime.nn.data_parallel import DataParallel
 from fxkit.runtime.nn.dropout import Dropout, Dropout2d
 from fxkit.runtime.nn.embedding import Embedding
 from fxkit.runtime.nn.flatten import Flatten
@@ -23,4 +24,4 @@ __all__ = ["functional", "init", "Module", "Parameter", "IncompatibleKeys", "Lin
            "NonDynamicallyQuantizableLinear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding",
            "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MaxPool2d", "AvgPool2d",
            "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Dropout", "Dropout2d", "Flatten", "Sequential", "ModuleList",
-           "ModuleDict", "MultiheadAttention", "LSTM", "GRU"]
+           "ModuleDict", "MultiheadAttention", "LSTM", "GRU", "DataParallel"]
