@@ -13,7 +13,8 @@ from fxkit.runtime.registry import all_ops, get_op
 
 __all__ = [
     # activations
-    "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax",
+    "relu", "relu6", "hardsigmoid", "hardswish", "mish", "leaky_relu", "gelu", "silu", "sigmoid", "tanh",
+    "softmax", "log_softmax",
     # linear and convolution
     "linear", "conv1d", "conv2d", "conv_transpose2d",
     # pooling and resampling

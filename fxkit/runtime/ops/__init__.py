@@ -2,6 +2,7 @@
 from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     elementwise_binary,
     elementwise_unary,
+    activations,
     casts,
     factories,
     indexing,
