@@ -8,6 +8,7 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     indexing,
     linalg,
     reductions,
+    sorting,
     softmax,
     shape_ops,
     rearrange,
