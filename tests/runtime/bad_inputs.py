@@ -39,7 +39,7 @@ NO_TORCH = {"pipe_split", "quantize_affine", "dequantize_affine", "quantized_lin
 # torch.<name> takes other arguments than the op (and F.<name>): never use it for these.
 # PyTorch leaves the order of equal elements open (topk): indices are checked by the values they pick.
 TIE_ORDER_UNSPECIFIED = {"topk"}
-_FUNCTIONAL_ONLY = {"dropout", "dropout2d", "batch_norm", "layer_norm", "group_norm", "embedding"}
+_FUNCTIONAL_ONLY = {"dropout", "dropout2d", "batch_norm", "layer_norm", "group_norm", "embedding", "instance_norm"}
 
 
 def _torch_setitem(a, index, value):

@@ -68,11 +68,17 @@ class Hardsigmoid(_InplaceActivation):
 
     _op = "hardsigmoid"
 
+    def extra_repr(self):
+        return ""  # PyTorch's Hardsigmoid does not show its inplace flag
+
 
 class Hardswish(_InplaceActivation):
     """``x * relu6(x + 3) / 6`` elementwise (MobileNetV3)."""
 
     _op = "hardswish"
+
+    def extra_repr(self):
+        return ""  # PyTorch's Hardswish does not show its inplace flag
 
 
 class Mish(_InplaceActivation):

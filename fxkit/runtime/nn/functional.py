@@ -20,7 +20,8 @@ __all__ = [
     # pooling and resampling
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "interpolate", "pad",
     # normalisation, dropout, embeddings
-    "batch_norm", "layer_norm", "group_norm", "dropout", "dropout2d", "embedding", "one_hot",
+    "batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "dropout", "dropout2d", "embedding",
+    "one_hot",
     # losses
     "cross_entropy", "nll_loss", "mse_loss",
 ]
