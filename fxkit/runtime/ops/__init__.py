@@ -13,6 +13,7 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     shape_ops,
     rearrange,
     norm_ops,
+    attention,
     loss_ops,
     nn_misc_ops,
     conv,
