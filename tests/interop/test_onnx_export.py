@@ -138,7 +138,28 @@ def _matmuls(x, y):
             fxkit.baddbmm(fxkit.ones(3, 3), x, yt, beta=0.5, alpha=2), fxkit.einsum("bij,bkj->bik", x, y))
 
 
-OP_MODELS = [_arithmetic, _unary, _compare_select, _division, _reductions, _shapes, _indexing, _matmuls]
+def _activations_sorts_norms(x, y):
+    values, indices = x.topk(2, 1)
+    small, small_at = x.topk(3, -1, largest=False)
+    ordered, order = x.sort(-1)
+    return (F.relu6(x * 4), F.hardswish(x * 4), F.hardsigmoid(x * 4), F.mish(x * 4), values, indices, small,
+            small_at, ordered, order, x.argsort(1, descending=True), F.rms_norm(x, (4,)),
+            F.rms_norm(x, (3, 4), y[0], eps=1e-3), F.instance_norm(x), F.instance_norm(x, weight=y[0, :, 0],
+                                                                                        bias=y[0, :, 1]))
+
+
+def _attention(x, y):
+    sdpa = F.scaled_dot_product_attention
+    n = x.shape[0]
+    q, k = x.unsqueeze(1).repeat(1, 4, 1, 1), y.unsqueeze(1).repeat(1, 2, 1, 1) * 0.5
+    keep = (y[..., :3] > -0.5) & (fxkit.arange(3).reshape(3, 1) != 1)  # query 1 sees no key: zeros
+    return (sdpa(x, y, y), sdpa(x, y, x, is_causal=True, scale=0.7), sdpa(x, y, y, attn_mask=keep),
+            sdpa(x, y, y, attn_mask=y[..., :3]), sdpa(q, k, k, enable_gqa=True),
+            sdpa(q, k[:n, :, :2], k[:, :, :2], enable_gqa=True, is_causal=True, attn_mask=keep[:, None, :, :2]))
+
+
+OP_MODELS = [_arithmetic, _unary, _compare_select, _division, _reductions, _shapes, _indexing, _matmuls,
+             _activations_sorts_norms, _attention]
 
 
 @pytest.mark.parametrize("fn", OP_MODELS, ids=lambda f: f.__name__.strip("_"))
