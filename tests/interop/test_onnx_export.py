@@ -121,7 +121,8 @@ def _shapes(x, y):
             x.flatten(0, 1), x[:, :1].expand(n, 3, 4), x.repeat(1, 2, 1), fxkit.cat([x, y], 1),
             fxkit.stack([x, y], 0), c0, c1, s0, s1, x.narrow(2, 1, 2), x[:, 1:3, None, ..., 1],
             x[0], x.flip(1, 2), F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), mode="reflect"), x.tril(), x.triu(1),
-            x[..., 0].t(), x.contiguous(), x.unflatten(2, (2, 2)), x.tile((2,)), x.T, x.mT)
+            x[..., 0].t(), x.contiguous(), x.unflatten(2, (2, 2)), x.tile((2,)), x.T, x.mT, x.roll(1, 1),
+            x.roll((-1, 5), (0, 2)), x.roll(-7), x.roll(2, -3))
 
 
 def _indexing(x, y):
