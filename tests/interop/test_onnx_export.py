@@ -156,7 +156,8 @@ def _attention(x, y):
     keep = (y[..., :3] > -0.5) & (fxkit.arange(3).reshape(3, 1) != 1)  # query 1 sees no key: zeros
     return (sdpa(x, y, y), sdpa(x, y, x, is_causal=True, scale=0.7), sdpa(x, y, y, attn_mask=keep),
             sdpa(x, y, y, attn_mask=y[..., :3]), sdpa(q, k, k, enable_gqa=True),
-            sdpa(q, k[:n, :, :2], k[:, :, :2], enable_gqa=True, is_causal=True, attn_mask=keep[:, None, :, :2]))
+            sdpa(q, k[:n, :, :2], k[:, :, :2], enable_gqa=True, attn_mask=keep[:, None, :, :2]),
+            sdpa(q[:, :, :2], k, k, enable_gqa=True, is_causal=True))
 
 
 OP_MODELS = [_arithmetic, _unary, _compare_select, _division, _reductions, _shapes, _indexing, _matmuls,

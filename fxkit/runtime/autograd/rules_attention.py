@@ -29,7 +29,7 @@ def _forward(op, args, kwargs):
         return op(*args, **kwargs), None
     q, k, v, mask = (call[name] for name in _PARAMS[:4])
     raw_mask = mask._data if isinstance(mask, Tensor) else mask
-    check_inputs(q._data, k._data, v._data, raw_mask, call["dropout_p"], call["enable_gqa"])
+    check_inputs(q._data, k._data, v._data, raw_mask, call["dropout_p"], call["enable_gqa"], call["is_causal"])
     xp = q.device.xp
     weights = attention_weights(xp, q._data, k._data, raw_mask, call["is_causal"], call["scale"],
                                 call["enable_gqa"])

@@ -3,7 +3,7 @@
 The signature is ``torch.nn.functional.scaled_dot_product_attention``'s, and so
 are the semantics: a bool ``attn_mask`` keeps the positions that are True, a
 float one is added to the scores; ``is_causal`` keeps key ``j <= i`` for query
-``i`` (aligned top-left when ``L != S``); a row with every key masked gives
+``i`` (aligned top-left when ``L != S``; not together with ``attn_mask``, as in PyTorch); a row with every key masked gives
 zeros (PyTorch's safe softmax), not NaN; ``dropout_p`` drops attention weights
 whenever it is above 0 (callers pass ``dropout_p=p if training else 0.0``, as
 PyTorch's layers do); ``enable_gqa`` lets ``Hq`` query heads share ``Hkv``
@@ -23,9 +23,12 @@ from fxkit.runtime.ops.low_precision import BFLOAT16_KIND
 from fxkit.runtime.ops.nn_checks import check_probability, dims_differ, dtype_of, shown
 
 
-def check_inputs(query, key, value, attn_mask, dropout_p, enable_gqa):
+def check_inputs(query, key, value, attn_mask, dropout_p, enable_gqa, is_causal=False):
     """The shared checks of the op and its shape rule; returns ``(L, S)``."""
     name = "scaled_dot_product_attention"
+    if is_causal and attn_mask is not None:
+        raise ShapeError(f"{name}: an explicit attn_mask should not be set when is_causal=True (as in PyTorch); "
+                         f"pass one of them (combine a causal mask into attn_mask yourself)")
     for t, what in ((query, "query"), (key, "key"), (value, "value")):
         if len(t.shape) < 2:
             raise ShapeError(f"{name}: {what} must have at least 2 dims (..., length, features), got shape "
@@ -70,15 +73,26 @@ def _head_shapes(query, key, value, enable_gqa):
     return (tuple(key.shape[:-3]) + (hq,), tuple(value.shape[:-3]) + (hq,))
 
 
-def _rule(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    length, source = check_inputs(query, key, value, attn_mask, dropout_p, enable_gqa)
+def _batch_shape(query, key, value, attn_mask, enable_gqa, length, source):
+    """The output's leading dims: query's, key's and value's broadcast (heads repeated under GQA)."""
     k_batch, v_batch = _head_shapes(query, key, value, enable_gqa)
-    batch = broadcast_shapes(tuple(query.shape[:-2]), tuple(k_batch), tuple(v_batch),
-                             op_name="scaled_dot_product_attention")
+    try:
+        batch = broadcast_shapes(tuple(query.shape[:-2]), tuple(k_batch), tuple(v_batch),
+                                 op_name="scaled_dot_product_attention")
+    except ShapeError as exc:
+        hint = "; for fewer key/value heads than query heads pass enable_gqa=True" if not enable_gqa else ""
+        raise ShapeError(f"{exc.args[0]} (the leading dims of query {shown(query.shape)}, key {shown(key.shape)} "
+                         f"and value {shown(value.shape)}){hint}") from None
     if attn_mask is not None:
         broadcast_shapes(tuple(attn_mask.shape), tuple(batch) + (length, source),
                          op_name="scaled_dot_product_attention (attn_mask)")
-    return TensorMeta(tuple(batch) + (length, value.shape[-1]), query.dtype, query.device)
+    return tuple(batch)
+
+
+def _rule(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    length, source = check_inputs(query, key, value, attn_mask, dropout_p, enable_gqa, is_causal)
+    batch = _batch_shape(query, key, value, attn_mask, enable_gqa, length, source)
+    return TensorMeta(batch + (length, value.shape[-1]), query.dtype, query.device)
 
 
 def repeat_heads(xp, x, heads):
@@ -149,7 +163,8 @@ def scaled_dot_product_attention(xp, query, key, value, attn_mask=None, dropout_
     Example:
         >>> out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # q, k, v: (N, H, L, D)
     """
-    check_inputs(query, key, value, attn_mask, dropout_p, enable_gqa)
+    length, source = check_inputs(query, key, value, attn_mask, dropout_p, enable_gqa, is_causal)
+    _batch_shape(query, key, value, attn_mask, enable_gqa, length, source)
     weights = attention_weights(xp, query, key, attn_mask, is_causal, scale, enable_gqa)
     keep = draw_keep(xp, weights.shape, dropout_p) if dropout_p > 0 else None
     heads = query.shape[-3] if enable_gqa else None
