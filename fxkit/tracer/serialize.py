@@ -323,6 +323,8 @@ class _Encoder:
 
     def value(self, v):
         t = type(v)
+        if t is int and v.bit_length() > 64:
+            return {"$int": hex(v)}  # NOTE: JSON readers (and str() past 4,300 digits) stop at big ints
         if v is None or t in (bool, int, str):
             return v
         if t is float:
@@ -458,6 +460,10 @@ class _Decoder:
             return slice(*(self.value(x) for x in body))
         if tag == "$float":
             return float(body)
+        if tag == "$int":
+            if type(body) is not str or len(body) > 100_000:
+                raise GraphError(f"load: graph.json holds a damaged $int ({body!r:.40})")
+            return int(body, 16)
         if tag == "$ellipsis":
             return Ellipsis
         if tag == "$complex":
