@@ -197,9 +197,9 @@ def read_weights(data, names, budget):
     can fill) and shapes larger than the member's bytes are refused before any
     array is allocated.
     """
-    if type(names) is not list:
+    if type(names) is not list or not all(type(n) is str for n in names):
         raise GraphError(f"load: {budget.path}: graph.json's 'weights' must be a list of names, got "
-                         f"{type(names).__name__}")
+                         f"{names!r:.80}")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as npz:
             members = {entry.filename: entry for entry in npz.infolist()}
