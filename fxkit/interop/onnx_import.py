@@ -27,7 +27,7 @@ import numpy as np
 
 from fxkit.codegen.namespace import sanitize
 from fxkit.errors import FxkitError, GraphError, ResourceLimitError
-from fxkit.graph import Graph, GraphModule, Node, map_arg
+from fxkit.graph import Graph, GraphModule, Node, map_aggregate, map_arg
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.alloc_limit import allocation_limit, human_bytes
 from fxkit.runtime.meta import TensorMeta
@@ -416,9 +416,24 @@ class NodeCall:
     def call(self, op_name, *args, **kwargs):
         """Record ``op_name(*args, **kwargs)``, named after the ONNX node."""
         if self.eager:
-            return get_op(op_name)(*args, **kwargs)
+            op = get_op(op_name)
+            self._reserve_result(op, args, kwargs)
+            return op(*args, **kwargs)
         hint = self.proto.output[0] or self.proto.name or self.op_type.lower()
         return self.importer.record(self.importer.graph.call(get_op(op_name), args, kwargs, name=sanitize(hint)))
+
+    def _reserve_result(self, op, args, kwargs):
+        """Charge what folding ``op`` over constants will allocate, from its shape rule, before running it
+        (a 10-byte Expand or Tile of a constant may ask for gigabytes)."""
+        def as_meta(v):
+            return meta_of(v) if isinstance(v, Tensor) else v
+
+        try:
+            meta = apply_rule(op, map_aggregate(args, as_meta), map_aggregate(kwargs, as_meta))
+        except Exception:  # noqa: BLE001  (no rule, or one that fails: the call itself reports it)
+            return
+        if isinstance(meta, TensorMeta) and all(type(d) is int for d in meta.shape):
+            self.reserve(meta.shape, meta.dtype.np)
 
     def reserve(self, shape, dtype):
         """Charge a constant of ``shape`` and numpy ``dtype`` to the import's budget before building it."""

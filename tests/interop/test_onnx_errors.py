@@ -208,3 +208,14 @@ def test_range_of_constants_is_checked_before_it_is_built(start, limit, delta, m
                    outputs=[helper.make_tensor_value_info("y", TensorProto.INT64, ["n"])], initializers=consts)
     with pytest.raises(fxkit.FxkitError, match=message):
         fxkit.from_onnx(proto)
+
+
+def test_ops_folded_over_constants_are_charged_before_they_run():
+    """An Expand of a 1-element constant to [20000, 20000] is folded by the registry's op: its shape
+    rule is charged first, so the 1.6 GB are never taken."""
+    proto = _model([helper.make_node("Expand", ["one", "shape"], ["y"])], inputs=[],
+                   outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [20000, 20000])],
+                   initializers=[("one", np.ones(1, np.float32)), ("shape", np.array([20000, 20000], np.int64))])
+    with pytest.raises(fxkit.ResourceLimitError, match=r"op type Expand\), a constant of shape \(20000, 20000\), "
+                                                       r"would take 1.6 GB"):
+        fxkit.from_onnx(proto)
