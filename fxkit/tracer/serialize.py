@@ -475,7 +475,11 @@ class _Decoder:
         if tag == "$op":
             return get_op(body)
         if tag == "$scalar":
-            return np.dtype(body[0]).type(body[1])
+            dtype = np.dtype(body[0]) if type(body[0]) is str and len(body[0]) <= 8 else None
+            if dtype is None or dtype.kind not in "biufc" or type(body[1]) not in (bool, int, float):
+                raise GraphError(f"load: graph.json holds a numpy scalar of {body[0]!r:.40}; fxkit.save writes "
+                                 f"only numbers of numeric dtypes, so the file is damaged")
+            return dtype.type(body[1])
         if tag == "$tensor":
             return Tensor(self.weights[body])
         if tag == "$function":

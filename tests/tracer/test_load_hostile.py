@@ -263,3 +263,13 @@ def test_submodules_and_buffers_named_like_graph_module_fields_are_refused(name)
 def test_a_buffer_named_forward_is_refused_at_registration():
     with pytest.raises(KeyError, match=r"buffer name 'forward': attribute 'forward' already exists on Linear"):
         nn.Linear(2, 2).register_buffer("forward", fxkit.ones(2))
+
+
+@pytest.mark.parametrize("scalar", [["O", 1], ["V1000000000", 1], ["<U5", "x"], ["(100000,100000)f8", 1], [1, 2]])
+def test_numpy_scalars_of_odd_dtypes_are_refused(tmp_path, scalar):
+    saved = _saved(tmp_path)
+    _rewrite(saved, "graph.json", lambda d: next(n for n in d["nodes"] if n["name"] == "relu").update(
+        kwargs={"$dict": [["inplace", {"$scalar": scalar}]]}))
+    with pytest.raises(fxkit.GraphError, match=r"holds a numpy scalar of .*; fxkit.save writes only numbers of "
+                                               r"numeric dtypes"):
+        fxkit.load(saved)
