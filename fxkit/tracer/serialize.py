@@ -220,9 +220,12 @@ def _build_module(qualname, spec, weights, custom_objects, budget):
     # for initialisation, no more, so a spec declaring a huge layer with no weights behind it
     # is refused before its memory is taken.
     allowed = 2 * sum(v.nbytes for v in state.values()) + _MODULE_SLACK
+    hint = (f" by its {len(state)} saved weights; the file is damaged or forged, or the module builds large "
+            f"buffers it does not save: pass fxkit.load(path, max_bytes=N) if you trust the file")
+    if budget.explicit:
+        allowed, hint = max(allowed, budget.limit - budget.used), f" by max_bytes={budget.limit}"
     try:
-        with allocation_limit(allowed, f"load: {budget.path}: module {qualname!r} ({name})",
-                              f" by its {len(state)} saved weights; the file is damaged or forged"):
+        with allocation_limit(allowed, f"load: {budget.path}: module {qualname!r} ({name})", hint):
             module = cls(**kwargs)
         module.load_state_dict(state)
     except FxkitError:

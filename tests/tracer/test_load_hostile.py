@@ -104,8 +104,11 @@ def test_a_forged_layer_size_is_refused_before_it_is_allocated(tmp_path):
     _rewrite(saved, "modules.json", lambda d: d["fc"]["kwargs"].update(in_features=20000, out_features=20000))
     with pytest.raises(fxkit.ResourceLimitError, match=r"module 'fc' \(Linear\) would allocate 1.6 GB \(empty\(20000, "
                                                        r"20000\) takes 1.6 GB\), more than the 1.0 MB allowed by its 2 "
-                                                       r"saved weights"):
+                                                       r"saved weights; the file is damaged or forged"):
         fxkit.load(saved)
+    with pytest.raises(fxkit.ResourceLimitError, match=r"module 'fc' \(Linear\) would allocate 1.6 GB .* more than "
+                                                       r"the 100.0 MB allowed by max_bytes=100000000"):
+        fxkit.load(saved, max_bytes=100_000_000)
 
 
 def test_max_bytes_must_be_a_positive_int(tmp_path):
