@@ -95,7 +95,10 @@ def _kind(info):
 
 
 def _read_directory(path, max_bytes):
-    present = set(os.listdir(path))
+    try:
+        present = set(os.listdir(path))
+    except OSError as exc:
+        raise GraphError(f"load: cannot list the folder {path} ({exc.strerror or exc})") from None
     _require_all(path, present)
     paths = {name: os.path.join(path, name) for name in FILES}
     infos = {name: _stat(p, p) for name, p in paths.items()}
@@ -117,7 +120,10 @@ def _read_directory(path, max_bytes):
             if not stat.S_ISREG(info.st_mode):
                 raise GraphError(f"load: {p} is {_kind(info)}, not a regular file")
             budget.charge(_weight(name, info.st_size), name)
-            files[name] = _bounded_read(f, info.st_size, budget, name)
+            try:
+                files[name] = _bounded_read(f, info.st_size, budget, name)
+            except OSError as exc:
+                raise GraphError(f"load: cannot read {p} ({exc.strerror or exc})") from None
     return _parse(path, files, budget), budget
 
 
