@@ -66,7 +66,9 @@ def accuracy_table(console, with_qat):
     table = Table("model", "fp32", "PTQ per-tensor", "PTQ per-channel", "QAT per-tensor (3 epochs)", "fp32 file",
                   "int8 file / fp32",
                   title=f"digits test accuracy ({len(test_y)} images by unseen writers) and fxkit.save sizes")
-    folder = tempfile.mkdtemp(prefix="fxkit-bench-quantization-")
+    # NOTE: a TemporaryDirectory is removed when it is collected or the interpreter exits, even on an error
+    scratch = tempfile.TemporaryDirectory(prefix="fxkit-bench-quantization-")
+    folder = scratch.name
     for name, model, shape, loss_fn in models:
         batches = [fxkit.from_numpy(train_x[i:i + 64].reshape(shape)) for i in range(0, len(train_x), 64)]
         quantized = {}
@@ -82,6 +84,7 @@ def accuracy_table(console, with_qat):
                       *(f"{accuracy(quantized[k], test_x, test_y, shape):.2f}%" for k in ("per-tensor", "per-channel")),
                       qat, f"{fp32 / 1024:.1f} KiB", f"{sizes[0]:.3f} / {sizes[1]:.3f}")
     console.print(table)
+    scratch.cleanup()
 
 
 def best_of(fns, rounds):

@@ -91,3 +91,8 @@ class ModelSpecError(FxkitError, ValueError):
 class MissingToolError(FxkitError, RuntimeError):
     """An external program fxkit needs for a task (Graphviz's ``dot`` to render pictures) is not
     installed; the message names the package providing it."""
+
+
+class ResourceLimitError(FxkitError, MemoryError):
+    """A file or an argument that would make fxkit allocate more than it allows (a saved
+    module or ONNX file far larger in memory than on disk); the message says how to allow more."""

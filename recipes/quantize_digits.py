@@ -105,7 +105,9 @@ def main():
 
     table = Table("model", "fp32", "int8 per-tensor", "int8 per-channel", "fp32 file", "int8 file (ratio)",
                   title="post-training quantization, test accuracy on unseen writers")
-    folder = tempfile.mkdtemp(prefix="fxkit-quantize-")
+    # NOTE: a TemporaryDirectory is removed when it is collected or the interpreter exits, even on an error
+    scratch = tempfile.TemporaryDirectory(prefix="fxkit-quantize-")
+    folder = scratch.name
     converted = None
     for name, (model, shape) in models.items():
         batches = [fxkit.from_numpy(train_x[i:i + 64].reshape(shape)) for i in range(0, len(train_x), 64)]
@@ -123,6 +125,7 @@ def main():
                       f"{fp32_size / 1024:.1f} KiB", f"{int8_size / 1024:.1f} KiB ({int8_size / fp32_size:.3f}x)")
         converted = (results["per-channel"], shape)
     console.print(table)
+    scratch.cleanup()
 
     gm, shape = converted
     console.print("\nThe converted DigitsNet (per-channel weights):")

@@ -130,15 +130,18 @@ def main():
     console.print(f"test accuracy: {test_accuracy:.2%} ({len(test_set)} held-out images), "
                   f"trained in {seconds:.1f} s")
 
-    out = args.out or os.path.join(tempfile.mkdtemp(prefix="fxkit-digits-"), "digits_net")
-    fxkit.save(fxkit.symbolic_trace(model), out)
-    reloaded = fxkit.load(out)
-    images = test_set.tensors[0]
-    with fxkit.no_grad():
-        same = np.array_equal(reloaded(images).argmax(dim=1).numpy(), model(images).argmax(dim=1).numpy())
+    # NOTE: without --out the saved copy only proves the round trip; it goes in a folder removed at the end
+    with tempfile.TemporaryDirectory(prefix="fxkit-digits-") as scratch:
+        out = args.out or os.path.join(scratch, "digits_net")
+        fxkit.save(fxkit.symbolic_trace(model), out)
+        reloaded = fxkit.load(out)
+        images = test_set.tensors[0]
+        with fxkit.no_grad():
+            same = np.array_equal(reloaded(images).argmax(dim=1).numpy(), model(images).argmax(dim=1).numpy())
     if not same:
         raise SystemExit(f"the model reloaded from {out} predicts differently from the trained one")
-    console.print(f"saved to {out} (reloaded: same predictions)")
+    console.print(f"saved to {out} (reloaded: same predictions)" if args.out else
+                  "saved and reloaded: same predictions (pass --out DIR to keep the file)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The layer rule of DESIGN.md: a package imports from its own layer or below.
+"""The layer rule of docs/architecture.md: a package imports from its own layer or below.
 
 Module-level imports only; an import inside a function that must go up carries
 a ``# NOTE:`` saying why and is allowed.
@@ -46,4 +46,4 @@ def test_no_upward_imports(layer):
             target = _layer_of(module)
             if target is not None and target not in allowed:
                 bad.append(f"{path.relative_to(ROOT.parent)}:{lineno} imports {module}")
-    assert not bad, "upward imports (DESIGN.md layers):\n" + "\n".join(bad)
+    assert not bad, "upward imports (docs/architecture.md layers):\n" + "\n".join(bad)

@@ -15,6 +15,12 @@ dimension 0:
   forward and one backward, so it holds at most ``k - s`` micro-batches of
   activations). Parameter gradients accumulate over the micro-batches.
 
+A stage that fails stops every other stage. A stage step (one micro-batch's
+forward or backward) that runs longer than ``timeout`` seconds ends the call
+with a `PipelineError` naming it, and Ctrl-C ends it at once: the waiting
+workers are aborted, never joined forever. Python cannot stop a thread inside a
+call, so a hung stage's thread is left behind (a daemon) until its call returns.
+
 Example:
     >>> parent = fxkit.transforms.split_pipeline(model, [x], n_stages=2)
     >>> pipe = Pipeline(parent, devices=["cuda:0", "cuda:1"], chunks=4)
@@ -23,6 +29,7 @@ Example:
 """
 import queue
 import threading
+import time
 
 from fxkit.errors import DeviceError, FxkitError, PipelineError
 from fxkit.graph import GraphModule
@@ -34,7 +41,10 @@ from fxkit.backends.microbatch import flat_tensors, join_batches, map_tensors, s
 from fxkit.transforms.stage_chain import StageChain
 
 SCHEDULES = ("gpipe", "1f1b")
+DEFAULT_TIMEOUT = 300.0
+"""Seconds one stage step may take before the pipeline gives up on it (``Pipeline(timeout=...)``)."""
 _POLL_SECONDS = 0.05
+_JOIN_SECONDS = 2.0  # how long an ending call waits for its workers to notice the abort
 
 
 class ModuleChain:
@@ -112,13 +122,16 @@ class Pipeline:
         devices: one device per stage (``"cpu"``, ``"cuda:0"``, ...; a device may
             repeat). Each stage's module is moved there. Defaults to cpu for all.
         chunks: micro-batches per batch (``m``).
+        timeout: seconds one stage may spend on one micro-batch's forward or
+            backward before the call fails with a `PipelineError` naming it
+            (default 300); None waits forever.
 
     Example:
         >>> pipe = Pipeline([sub_net1, sub_net2], devices=["cuda:0", "cuda:1"], chunks=4)
         >>> pipe(x)
     """
 
-    def __init__(self, stages, devices=None, chunks=1):
+    def __init__(self, stages, devices=None, chunks=1, timeout=DEFAULT_TIMEOUT):
         self.chain = as_chain(stages)
         k = len(self.chain)
         devices = ["cpu"] * k if devices is None else list(devices)
@@ -127,8 +140,12 @@ class Pipeline:
                               f"device per stage (repeat one to put several stages on it)")
         if not isinstance(chunks, int) or chunks < 1:
             raise PipelineError(f"Pipeline: chunks is the number of micro-batches, a positive int; got {chunks!r}")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+            raise PipelineError(f"Pipeline: timeout is seconds a stage step may take, a positive number or None; "
+                                f"got {timeout!r}")
         self.devices = [Device(d) for d in devices]
         self.chunks = chunks
+        self.timeout = timeout
         for stage, device in zip(self.chain.stages, self.devices):
             stage.module.to(device)
 
@@ -178,6 +195,7 @@ class Pipeline:
         bwd = [queue.SimpleQueue() for _ in range(k)]
         abort = threading.Event()
         errors = []
+        busy = {}  # stage -> (step, when it started) while the stage computes, not while it waits
 
         def receive(q):
             while True:
@@ -196,11 +214,16 @@ class Pipeline:
                         if direction == "F":
                             got, values = receive(fwd[s])
                             assert got == j, f"stage {s}: micro-batch {got} arrived, {j} expected"
-                            fwd[s + 1].put((j, forward(s, j, values)))
+                            busy[s] = (step, time.monotonic())
+                            out = forward(s, j, values)
+                            busy.pop(s, None)
+                            fwd[s + 1].put((j, out))
                         else:
                             got, grads = receive(bwd[s]) if s < k - 1 else (j, None)
                             assert got == j, f"stage {s}: gradients of {got} arrived, {j} expected"
+                            busy[s] = (step, time.monotonic())
                             grads = backward(s, j, grads)
+                            busy.pop(s, None)
                             if s > 0:
                                 bwd[s - 1].put((j, grads))
             except _Aborted:
@@ -208,6 +231,36 @@ class Pipeline:
             except BaseException as exc:  # noqa: BLE001  (re-raised by the caller's thread)
                 errors.append((s, step, exc))
                 abort.set()
+
+        def check_timeout():
+            """A stage computing for longer than the timeout is an error: stop everything."""
+            if self.timeout is None:
+                return
+            now = time.monotonic()
+            for s, (step, since) in list(busy.items()):
+                if now - since > self.timeout:
+                    errors.append((s, step, PipelineError(
+                        f"did not finish within timeout={self.timeout:g} s; the stage hangs or needs a "
+                        f"larger Pipeline(timeout=...)")))
+                    raise _Aborted()
+
+        def wait_result():
+            while True:
+                try:
+                    return fwd[k].get(timeout=_POLL_SECONDS)
+                except queue.Empty:
+                    if abort.is_set():
+                        raise _Aborted() from None
+                    check_timeout()
+
+        def wait_workers():
+            """Until every stage ran its schedule (training: the backwards after the last output)."""
+            for w in workers:
+                while w.is_alive():
+                    w.join(_POLL_SECONDS)
+                    if abort.is_set():
+                        raise _Aborted()
+                    check_timeout()
 
         workers = [threading.Thread(target=work, args=(s,), name=f"fxkit-pipeline-stage{s}", daemon=True)
                    for s in range(k)]
@@ -218,13 +271,19 @@ class Pipeline:
         results = {}
         try:
             while len(results) < len(batches):
-                j, out = receive(fwd[k])
+                j, out = wait_result()
                 results[j] = out
+            wait_workers()
         except _Aborted:
             pass
         finally:
+            # NOTE: on an error, a timeout or Ctrl-C (KeyboardInterrupt raised in this thread)
+            # the workers are told to stop and given a moment; a worker stuck inside a stage
+            # cannot be stopped and is left behind as a daemon instead of being joined forever.
+            abort.set()
+            deadline = time.monotonic() + _JOIN_SECONDS
             for w in workers:
-                w.join()
+                w.join(max(0.0, deadline - time.monotonic()))
         if errors:
             raise _stage_error(*errors[0], self.devices) from errors[0][2]
         return [results[j] for j in range(len(batches))]

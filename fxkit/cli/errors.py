@@ -7,7 +7,8 @@ say where it happened, the innermost frame of the user's own code in the
 traceback (not fxkit's, not the standard library's, not an installed
 package's) is added as the ``at`` line, so a mistake in a model file points
 at its line. Exit status: 2 for fxkit's errors (a `TraceError`, a bad model
-spec, a bad shape...), 1 for anything else, which is a bug when it is not in
+spec, a bad shape...) and for files the user named that cannot be read or
+written (``draw -o`` into a missing folder), 1 for anything else, which is a bug when it is not in
 the user's code. ``--traceback`` prints the full traceback before the panel.
 """
 import os
@@ -37,7 +38,13 @@ def report(exc, console, show_traceback=False):
     if show_traceback:
         console.print("".join(traceback.format_exception(exc)), markup=False, highlight=False, soft_wrap=True)
     console.print(error_panel(exc, show_traceback))
-    return 2 if isinstance(exc, FxkitError) else 1
+    return 2 if _expected(exc) else 1
+
+
+def _expected(exc):
+    """An fxkit error, or a file the user named that cannot be read or written (a missing
+    folder, no permission): mistakes to fix on the command line, not bugs."""
+    return isinstance(exc, FxkitError) or (isinstance(exc, OSError) and exc.filename is not None)
 
 
 def error_panel(exc, traceback_shown=False):
@@ -45,8 +52,12 @@ def error_panel(exc, traceback_shown=False):
     from rich.panel import Panel  # rich loads slowly; imported only when something failed
     from rich.text import Text
 
-    expected = isinstance(exc, FxkitError)
+    expected = _expected(exc)
     lines = (str(exc) or type(exc).__name__).rstrip("\n").split("\n")
+    if isinstance(exc, OSError) and exc.filename is not None:
+        folder = os.path.dirname(os.path.abspath(exc.filename))
+        lines = [f"cannot use {exc.filename}: {exc.strerror or exc}",
+                 f"  hint: check the path: {'the folder ' + folder + ' does not exist' if not os.path.isdir(folder) else 'it must be readable (inputs) or its folder writable (outputs)'}"]
     if not any(line.startswith("  at ") for line in lines):
         where = user_location(exc)
         if where is not None:

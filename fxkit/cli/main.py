@@ -12,7 +12,7 @@ import sys
 
 from fxkit.cli.commands import COMMANDS, launch
 from fxkit.cli.output import console_for
-from fxkit.cli.parser import RichArgumentParser
+from fxkit.cli.parser import RichArgumentParser, join_dashed_values
 
 DESCRIPTION = """\
 Inspect, measure, draw, split and compile fxkit models from the shell.
@@ -64,7 +64,8 @@ def _model_arguments():
                              "N is a symbolic size; append :int64 for another dtype); default: the model's "
                              "example shapes")
     common.add_argument("--dtype", metavar="DTYPE",
-                        help="dtype of inputs without their own (float32, float16, float64, int64, ...)")
+                        help="dtype of inputs without their own (float32, float16, float64, int64, ...); a "
+                             "floating-point dtype casts the model's parameters too")
     # SUPPRESS: an unset sub-option must not overwrite `fxkit --traceback COMMAND`.
     common.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS,
                         help="on an error, print Python's full traceback before the error panel")
@@ -82,7 +83,8 @@ def main(argv=None):
         unexpected error, 130 when interrupted.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(join_dashed_values(argv, ("--input", "-i")))
     if args.command is None:
         parser.print_help()
         return 2

@@ -23,6 +23,8 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import itertools
+import math
 import os
 import pathlib
 import sys
@@ -32,6 +34,9 @@ from fxkit.errors import FxkitError, ModelSpecError, ShapeError
 from fxkit.runtime import nn
 from fxkit.runtime.dtypes import DType, from_name
 
+_FILE_NUMBERS = itertools.count()
+MAX_ELEMENTS = 2 ** 31
+"""The most elements one ``--input`` may have (8 GB of float32): more is a typo, not a model input."""
 FORMS = "a zoo name (resnet50), package.module:factory_or_class, or path/to/file.py:factory_or_class"
 
 
@@ -49,15 +54,33 @@ class LoadedModel(NamedTuple):
     example_shapes: list
 
 
-def load_model(spec):
+def load_model(spec, dtype_name=None):
     """Build the model ``spec`` names.
+
+    Args:
+        spec: the MODEL argument.
+        dtype_name: ``--dtype``; a floating-point dtype casts the model's floating-point
+            parameters and buffers too, so that its inputs and weights agree.
 
     Raises:
         ModelSpecError: nothing by that name, an import that fails, an attribute
-            that is no model, a constructor needing arguments or failing.
+            that is no model, a constructor needing arguments or failing, a model
+            file calling ``sys.exit``.
     """
+    loaded = _load(spec)
+    dtype = from_name(dtype_name) if dtype_name else None
+    if dtype is not None and dtype.is_floating_point:
+        loaded.model.to(dtype)
+    return loaded
+
+
+def _load(spec):
     module_part, colon, attr = spec.rpartition(":")
     if not colon:
+        if spec.endswith(".py") or os.path.isfile(spec):
+            raise ModelSpecError(f"model spec {spec!r} names a file but not what in it to build\n  hint: write "
+                                 f"{spec}:ATTR, where ATTR is a Module instance, a Module class or a function "
+                                 f"building one, defined in {spec}")
         return _zoo_model(spec)
     if not module_part or not attr:
         raise ModelSpecError(f"model spec {spec!r} is incomplete; name {FORMS}")
@@ -124,28 +147,47 @@ def _import(spec, module_name):
         raise ModelSpecError(f"model spec {spec!r}: importing {module_name!r} failed: {exc}") from exc
     except FxkitError:
         raise
+    except SystemExit as exc:
+        raise _exited(spec, f"importing {module_name!r}", exc) from None
     except Exception as exc:
         raise ModelSpecError(f"model spec {spec!r}: importing {module_name!r} raised "
                              f"{type(exc).__name__}: {exc}") from exc
 
 
 def _load_file(spec, filename):
+    """The module of a model file, run under a private name.
+
+    NOTE: a file named ``fxkit.py`` or ``random.py`` must not replace the module of
+    that name: the file is registered as ``_fxkit_model_<n>_<stem>`` and its folder
+    goes at the end of ``sys.path`` (its neighbours import, and never shadow
+    the standard library or installed packages).
+    """
     path = pathlib.Path(filename).expanduser().resolve()
     if not path.is_file():
         raise ModelSpecError(f"model spec {spec!r}: there is no file {filename!r} (from {os.getcwd()})")
-    name = path.stem if path.stem.isidentifier() else "fxkit_model"
+    stem = path.stem if path.stem.isidentifier() else "file"
+    name = f"_fxkit_model_{next(_FILE_NUMBERS)}_{stem}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
     if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))
+        sys.path.append(str(path.parent))
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
     except FxkitError:
         raise
+    except SystemExit as exc:
+        raise _exited(spec, f"running {filename}", exc) from None
     except Exception as exc:
         raise ModelSpecError(f"model spec {spec!r}: running {filename} raised {type(exc).__name__}: {exc}") from exc
     return module
+
+
+def _exited(spec, doing, exc):
+    """The error for a model file that called ``sys.exit`` (an exit is no model, even with status 0)."""
+    return ModelSpecError(f"model spec {spec!r}: {doing} called sys.exit({exc.code!r}) instead of defining a "
+                          f"model\n  hint: guard the script part of the file with "
+                          f"`if __name__ == \"__main__\":`; fxkit runs the file to build the model")
 
 
 def _build(spec, attr, obj):
@@ -170,6 +212,8 @@ def _build(spec, attr, obj):
         result = obj()
     except FxkitError:
         raise
+    except SystemExit as exc:
+        raise _exited(spec, f"building the model with {attr}()", exc) from None
     except Exception as exc:
         raise ModelSpecError(f"model spec {spec!r}: building the model with {attr}() raised "
                              f"{type(exc).__name__}: {exc}") from exc
@@ -203,17 +247,23 @@ def parse_input(text, dtype=None):
     dims = []
     for part in cleaned.split(",") if cleaned else []:
         part = part.strip()
-        if part.isdigit():
+        if part.isascii() and part.isdigit():
             dims.append(int(part))
         elif part.isidentifier():
             dims.append(part)
         else:
-            raise ShapeError(f"--input {text!r}: {part!r} is not a dimension\n  hint: write the sizes separated "
+            what = "a negative size" if part.startswith("-") and part[1:].isdigit() else "not a dimension"
+            raise ShapeError(f"--input {text!r}: {part!r} is {what}\n  hint: write the sizes separated "
                              f"by commas, like 1,3,224,224 (a name like N is a symbolic size; add :int64 for "
                              f"another dtype)")
     if not dims:
         raise ShapeError(f"--input {text!r} names no dimensions\n  hint: write the sizes separated by commas, "
                          f"like 1,3,224,224")
+    numel = math.prod(d for d in dims if isinstance(d, int))
+    if numel > MAX_ELEMENTS:
+        raise ShapeError(f"--input {text!r} has {numel:,} elements, more than the {MAX_ELEMENTS:,} fxkit's command "
+                         f"line takes for one input\n  hint: check the sizes for a typo; a name like N gives a "
+                         f"symbolic size")
     shape = tuple(dims)
     return (shape, dtype) if dtype is not None else shape
 

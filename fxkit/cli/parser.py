@@ -44,6 +44,47 @@ class RichArgumentParser(argparse.ArgumentParser):
         self.exit(2)
 
 
+def positive_int(text):
+    """An argparse ``type``: an int of at least 1 (``--repeat``, ``--stages``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number (give 1 or more)")
+    return value
+
+
+def non_negative_float(text):
+    """An argparse ``type``: a finite float of at least 0 (``--tolerance``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number of 0 or more")
+    return value
+
+
+def join_dashed_values(argv, options):
+    """``["--input", "-1,3"]`` -> ``["--input=-1,3"]`` for each option in ``options``.
+
+    NOTE: argparse takes a value starting with "-" for an option (only plain
+    negative numbers are exempt), so ``--input -1,1,28,28`` would fail as
+    "expected one argument"; joined, the value reaches the option's own check,
+    which says what is wrong with it.
+    """
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in options and i + 1 < len(argv) and re.match(r"-[\d.]", argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def _print_styled(text, file):
     from rich.text import Text  # rich loads slowly; only help and errors need it
 

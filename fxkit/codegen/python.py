@@ -60,6 +60,11 @@ for _dunder, _name in UNARY_OPERATORS.items():
         _OPERATOR_FORMS[get_op(_name)] = ("unary", _UNARY[_dunder]())
 
 _NUMBERS = (int, float)
+# NOTE: what source text cannot hold: ints past CPython's 4,300-digit str limit (about 14,000
+# bits), and containers nested deeper than ast.unparse and compile() recurse. Such constants
+# are bound as globals of the generated code instead of written out.
+_MAX_LITERAL_BITS = 13_000
+_MAX_DEPTH = 64
 _CONTAINERS = frozenset({tuple, list, dict, slice})
 _LITERALS = frozenset({bool, str, bytes, type(None), type(Ellipsis)})
 
@@ -140,6 +145,7 @@ class _Emitter:
         self.globals = {"fxkit": fxkit, "ops": _ops_module}
         self.global_names = {}
         self.names = {}
+        self.depth = 0  # containers entered by expr()
         for node in nodes:
             self.names[id(node)] = self.ns.create_name(node.name)
         self.one_line_each = True
@@ -314,8 +320,39 @@ class _Emitter:
         if name is not None:
             return self.load(name)
         kind = type(value)
+        if kind is int and value.bit_length() > _MAX_LITERAL_BITS:
+            return self.global_name(value, "_int")
         if kind in _NUMBERS or kind in _LITERALS:
             return self.constant(value)
+        if kind in _CONTAINERS:
+            self.depth += 1
+            try:
+                if self.depth > _MAX_DEPTH:
+                    return self.deep_constant(value)
+                return self.container(kind, value)
+            finally:
+                self.depth -= 1
+        return self.other(kind, value)
+
+    def deep_constant(self, value):
+        """A container nested past `_MAX_DEPTH`, bound as a global (it may hold no graph values)."""
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if id(item) in self.names:
+                raise GraphError(f"a node argument nests %{self.names[id(item)]} more than {_MAX_DEPTH} "
+                                 f"containers deep, which generated code cannot spell; flatten the argument")
+            kind = type(item)
+            if kind is dict:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif kind is slice:
+                stack.extend((item.start, item.stop, item.step))
+            elif kind in _CONTAINERS or isinstance(item, tuple):
+                stack.extend(item)
+        return self.global_name(value, "_nested")
+
+    def container(self, kind, value):
         if kind is tuple:
             return ast.Tuple([self.expr(v) for v in value], _LOAD, **self.pos)
         if kind is list:
@@ -325,6 +362,9 @@ class _Emitter:
         if kind is slice:
             parts = [self.expr(value.start), self.expr(value.stop), self.expr(value.step)]
             return ast.Call(self.load("slice"), parts, [], **self.pos)
+        raise AssertionError(f"container(): {kind.__name__} is no container kind")
+
+    def other(self, kind, value):
         if kind is DType and getattr(fxkit, value.name, None) is value:
             return self.shared(("dtype", value.name),
                                lambda: ast.Attribute(self.load("fxkit"), value.name, _LOAD, **self.pos))

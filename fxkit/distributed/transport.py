@@ -20,6 +20,8 @@ floats, bools, strings and None, nested in tuples, lists and dicts.
 """
 import contextlib
 import json
+import math
+import os
 import sys
 import threading
 import time
@@ -27,7 +29,8 @@ import traceback
 
 import numpy as np
 
-from fxkit.errors import FxkitError, PipelineError
+from fxkit.errors import DTypeError, FxkitError, PipelineError
+from fxkit.runtime.dtypes import from_numpy
 from fxkit.runtime.tensor import Tensor
 
 HEADER, DATA, ERROR, HELLO = 11, 12, 13, 14
@@ -103,11 +106,73 @@ def encode(values, j):
     return json.dumps(header).encode(), arrays
 
 
-def decode(header, arrays):
-    """The values of a decoded header, with its arrays as cpu Tensors."""
+def parse_header(raw, sender, limit=None):
+    """A received header (bytes) as a dict, checked before any array is allocated for it.
 
+    A header names the arrays this rank then allocates and receives into: a peer
+    running another program, or a damaged message, must not make it allocate an
+    object array (which only pickles could fill) or terabytes. Array shapes are
+    non-negative ints, dtypes fxkit's own, and all arrays together fit in
+    ``limit`` bytes (default: this machine's memory).
+
+    Raises:
+        PipelineError: the header is no such message, naming ``sender``.
+    """
+    def bad(why):
+        return PipelineError(f"MPI pipeline: the message header from {sender} {why}; that rank runs another "
+                             f"program or the message was damaged")
+
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise bad(f"is no JSON ({type(exc).__name__})") from None
+    if type(header) is not dict or type(header.get("j")) is not int or type(header.get("arrays")) is not list:
+        raise bad("lacks the micro-batch number or the array list")
+    limit = _memory_bytes() if limit is None else limit
+    total = 0
+    for i, entry in enumerate(header["arrays"]):
+        if not (type(entry) is list and len(entry) == 2 and type(entry[0]) is list and type(entry[1]) is str
+                and all(type(d) is int and d >= 0 for d in entry[0])):
+            raise bad(f"describes array {i} as {entry!r:.80} (expected [shape of non-negative ints, dtype])")
+        try:
+            dtype = np.dtype(entry[1])
+            from_numpy(dtype)
+        except (TypeError, ValueError, DTypeError):
+            raise bad(f"gives array {i} the dtype {entry[1]!r:.40}, which is no dtype of fxkit tensors") from None
+        if dtype.hasobject:
+            raise bad(f"gives array {i} the object dtype {entry[1]!r}")
+        total += math.prod(entry[0]) * dtype.itemsize
+        if total > limit:
+            raise bad(f"announces arrays of {total} bytes in all (array {i} has shape {entry[0]}), more than "
+                      f"this machine's {limit} bytes of memory")
+    return header
+
+
+def _memory_bytes():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def decode(header, arrays):
+    """The values of a decoded header, with its arrays as cpu Tensors.
+
+    Raises:
+        PipelineError: the header's tree of values is malformed.
+    """
+    try:
+        return _build_tree(header["tree"], arrays)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        raise PipelineError(f"MPI pipeline: a received message's values are malformed ({type(exc).__name__}: "
+                            f"{exc}); the sending rank runs another program or the message was damaged") from None
+
+
+def _build_tree(tree, arrays):
     def build(t):
         if "array" in t:
+            if type(t["array"]) is not int or t["array"] < 0:
+                raise IndexError(f"array index {t['array']!r}")
             return Tensor(arrays[t["array"]])
         if "tuple" in t:
             return tuple(build(x) for x in t["tuple"])
@@ -115,9 +180,12 @@ def decode(header, arrays):
             return [build(x) for x in t["list"]]
         if "dict" in t:
             return {k: build(x) for k, x in t["dict"].items()}
-        return t["value"]
+        value = t["value"]
+        if value is not None and type(value) not in (bool, int, float, str):
+            raise TypeError(f"a {type(value).__name__} value")
+        return value
 
-    return build(header["tree"])
+    return build(tree)
 
 
 class Channel:
@@ -157,7 +225,7 @@ class Channel:
                   f"{what} from {self.describe(source)}", source)
         raw = np.empty(status.Get_count(self.MPI.BYTE), np.uint8)
         self.comm.Recv([raw, self.MPI.BYTE], source=source, tag=tag)
-        header = json.loads(raw.tobytes())
+        header = parse_header(raw.tobytes(), self.describe(source))
         arrays = [np.empty(shape, np.dtype(dtype)) for shape, dtype in header["arrays"]]
         requests = [self.comm.Irecv([a.reshape(-1).view(np.uint8), self.MPI.BYTE], source=source, tag=DATA)
                     for a in arrays]

@@ -29,6 +29,8 @@ from fxkit.runtime.nn.module import Module
 
 _FILE_NUMBERS = itertools.count()
 _GENERATED_CLASS = "_fxkit_generated_class"
+# What a GraphModule keeps in its __dict__ besides Module's own fields.
+_STATE = frozenset({"_graph", "_python_code", "_code_version", "_linecache_key", "_finalizer"})
 
 
 class _Forward:
@@ -72,6 +74,9 @@ class GraphModule(Module):
         super().__init__()
         cls = type(self)
         cls.__name__ = cls.__qualname__ = class_name
+        for node in graph.nodes:
+            if node.op in ("get_attr", "call") and type(node.target) is str:
+                _check_free(node.target.split(".")[0], node)
         if isinstance(root, Module):
             self.training = root.training
             for node in graph.nodes:
@@ -185,6 +190,7 @@ class GraphModule(Module):
             False when a non-module attribute blocks the path, else True.
         """
         *path, field = target.split(".")
+        _check_free((path or [field])[0])
         parent = self
         for item in path:
             child = parent._modules.get(item) if isinstance(parent, Module) else None
@@ -241,6 +247,26 @@ class GraphModule(Module):
     def _repr_svg_(self):
         """The picture alone as SVG text; None without ``dot`` (Jupyter then skips it)."""
         return to_svg(self)
+
+
+def _check_free(name, node=None):
+    """Refuse a top-level submodule, parameter or buffer named like a GraphModule field.
+
+    NOTE: ``self.code`` in the generated forward would read the property, not a submodule
+    named ``code``; one named ``_graph`` would replace the graph. Such names fail
+    here, where the model is traced or loaded, not when it is first called.
+    """
+    if name in _STATE or name in _module_fields() or hasattr(GraphModule, name):
+        where = f"node {node.format_node()} reads" if node is not None else "adding"
+        raise GraphError(f"GraphModule: {where} a submodule, parameter or buffer named {name!r}, which is a "
+                         f"field of GraphModule itself ({'method' if callable(getattr(GraphModule, name, None)) else 'attribute'}); "
+                         f"rename it in the model (e.g. {name.strip('_')}_)")
+
+
+def _module_fields(cache=[]):  # noqa: B006  (computed once, on first use)
+    if not cache:
+        cache.append(frozenset(vars(Module())))
+    return cache[0]
 
 
 def _rebuild(base, class_name, state):

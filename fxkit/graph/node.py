@@ -296,20 +296,27 @@ def _collect_nodes(value, found):
 
 
 # -- text -----------------------------------------------------------------------
-def format_arg(value):
-    """An argument as printed in graphs: nodes as ``%name``, constants like Python."""
+def format_arg(value, depth=0):
+    """An argument as printed in graphs: nodes as ``%name``, constants like Python (ints too long
+    for ``repr`` as ``<int of N bits>``, containers past 32 levels as ``...``)."""
     if isinstance(value, Node):
         return f"%{value._name}"
     kind = type(value)
+    if kind is int and value.bit_length() > 256:
+        return f"<int of {value.bit_length()} bits>"
+    if depth > 32 and kind in (tuple, list, dict, slice):
+        return "..."
+    depth += 1
     if kind is tuple:
-        inner = ", ".join(format_arg(v) for v in value)
+        inner = ", ".join(format_arg(v, depth) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if kind is list:
-        return "[" + ", ".join(format_arg(v) for v in value) + "]"
+        return "[" + ", ".join(format_arg(v, depth) for v in value) + "]"
     if kind is dict:
-        return "{" + ", ".join(f"{k!r}: {format_arg(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{format_arg(k, depth)}: {format_arg(v, depth)}" for k, v in value.items()) + "}"
     if kind is slice:
-        return f"slice({format_arg(value.start)}, {format_arg(value.stop)}, {format_arg(value.step)})"
+        return (f"slice({format_arg(value.start, depth)}, {format_arg(value.stop, depth)}, "
+                f"{format_arg(value.step, depth)})")
     if isinstance(value, Op):
         return f"ops.{value.name}"
     text = repr(value)

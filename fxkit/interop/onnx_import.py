@@ -26,9 +26,10 @@ import os
 import numpy as np
 
 from fxkit.codegen.namespace import sanitize
-from fxkit.errors import FxkitError, GraphError
-from fxkit.graph import Graph, GraphModule, Node, map_arg
+from fxkit.errors import FxkitError, GraphError, ResourceLimitError
+from fxkit.graph import Graph, GraphModule, Node, map_aggregate, map_arg
 from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.alloc_limit import allocation_limit, human_bytes
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.nn.module import Module
 from fxkit.runtime.nn.parameter import Parameter
@@ -63,11 +64,16 @@ class Dims(list):
         self.scalar = scalar
 
 
-def from_onnx(source):
+def from_onnx(source, *, max_bytes=None):
     """Import an ONNX model into a `GraphModule`.
 
     Args:
         source: a path, the serialized bytes, or an ``onnx.ModelProto``.
+        max_bytes: the most memory constants folded while importing may take
+            (``ConstantOfShape``, ``Range``, ops on constants). By default 16
+            times the model's serialized size, at least 64 MB, so a small file
+            cannot make the import allocate gigabytes; pass more for a model
+            you trust.
 
     Returns:
         A `GraphModule` whose inputs are the ONNX graph inputs (in order) and
@@ -76,6 +82,7 @@ def from_onnx(source):
     Raises:
         GraphError: the file is not a valid ONNX model, or a node uses an op type
             or attribute fxkit does not import (naming the node and its op type).
+        ResourceLimitError: a folded constant would pass ``max_bytes`` (naming the node).
     """
     try:
         import onnx
@@ -97,7 +104,33 @@ def from_onnx(source):
         typed = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001  (shapes only help rules; a model they fail on may still import)
         typed = model
-    return _Importer(onnx, model, typed, opset, IMPORT_RULES).run()
+    if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes <= 0):
+        raise GraphError(f"fxkit.from_onnx: max_bytes must be a positive int (bytes), got {max_bytes!r}")
+    limit = max_bytes if max_bytes is not None else max(_FLOOR_BYTES, _SIZE_RATIO * model.ByteSize())
+    importer = _Importer(onnx, model, typed, opset, IMPORT_RULES)
+    importer.fold_budget = _FoldBudget(limit, max_bytes is not None)
+    return importer.run()
+
+
+_FLOOR_BYTES = 64_000_000
+_SIZE_RATIO = 16
+
+
+class _FoldBudget:
+    """What constants folded while importing may still take; charged before they are built."""
+
+    def __init__(self, limit, explicit):
+        self.limit, self.explicit, self.used = limit, explicit, 0
+
+    def charge(self, nbytes, what):
+        self.used += int(nbytes)
+        if self.used > self.limit:
+            how = (f"pass a larger max_bytes= (now {self.limit})" if self.explicit else
+                   f"by default {_SIZE_RATIO}x the model's size, at least {human_bytes(_FLOOR_BYTES)}; pass "
+                   f"fxkit.from_onnx(model, max_bytes=N)")
+            raise ResourceLimitError(f"{what} would take {human_bytes(nbytes)}, and constants folded while "
+                                     f"importing may take {human_bytes(self.limit)} in all ({how} if you "
+                                     f"trust the model)")
 
 
 def _load(onnx, source):
@@ -192,12 +225,22 @@ class _Importer:
         eager = bool(inputs) and proto.op_type not in _KEPT and all(_constant(v) for v in inputs)
         call = NodeCall(self, proto, eager)
         try:
-            results = rule(call)
             if eager:
-                results = _as_constants(results, proto)
+                budget = self.fold_budget
+                # NOTE: factories (full, zeros, arange) charge before they allocate
+                with allocation_limit(budget.limit - budget.used, f"fxkit.from_onnx: {where}, folded",
+                                      "; pass fxkit.from_onnx(model, max_bytes=N) if you trust the model"):
+                    results = _as_constants(rule(call), proto)
+                for result in results if isinstance(results, list) else [results]:
+                    if isinstance(result, Const):
+                        budget.charge(result.array.nbytes, f"fxkit.from_onnx: {where}, folded,")
+            else:
+                results = rule(call)
+        except ResourceLimitError:
+            raise
         except GraphError as exc:
             raise GraphError(f"fxkit.from_onnx: {where}: {exc}") from None
-        except (FxkitError, ValueError, TypeError, IndexError, KeyError) as exc:
+        except (FxkitError, ValueError, TypeError, IndexError, KeyError, OverflowError, ZeroDivisionError) as exc:
             raise GraphError(f"fxkit.from_onnx: {where} could not be imported: {type(exc).__name__}: {exc}") from exc
         results = list(results) if isinstance(results, (tuple, list)) and not isinstance(results, Dims) else [results]
         for i, name in enumerate(proto.output):
@@ -374,9 +417,31 @@ class NodeCall:
     def call(self, op_name, *args, **kwargs):
         """Record ``op_name(*args, **kwargs)``, named after the ONNX node."""
         if self.eager:
-            return get_op(op_name)(*args, **kwargs)
+            op = get_op(op_name)
+            self._reserve_result(op, args, kwargs)
+            return op(*args, **kwargs)
         hint = self.proto.output[0] or self.proto.name or self.op_type.lower()
         return self.importer.record(self.importer.graph.call(get_op(op_name), args, kwargs, name=sanitize(hint)))
+
+    def _reserve_result(self, op, args, kwargs):
+        """Charge what folding ``op`` over constants will allocate, from its shape rule, before running it
+        (a 10-byte Expand or Tile of a constant may ask for gigabytes)."""
+        def as_meta(v):
+            return meta_of(v) if isinstance(v, Tensor) else v
+
+        try:
+            meta = apply_rule(op, map_aggregate(args, as_meta), map_aggregate(kwargs, as_meta))
+        except Exception:  # noqa: BLE001  (no rule, or one that fails: the call itself reports it)
+            return
+        if isinstance(meta, TensorMeta) and all(type(d) is int for d in meta.shape):
+            self.reserve(meta.shape, meta.dtype.np)
+
+    def reserve(self, shape, dtype):
+        """Charge a constant of ``shape`` and numpy ``dtype`` to the import's budget before building it."""
+        nbytes = int(np.prod([max(int(d), 0) for d in shape], dtype=object)) * np.dtype(dtype).itemsize
+        where = f"fxkit.from_onnx: node {self.proto.name or self.proto.output[0]!r} (op type {self.op_type}), " \
+                f"a constant of shape {tuple(int(d) for d in shape)},"
+        self.importer.fold_budget.charge(nbytes, where)
 
     def const_value(self, array):
         """A new constant (folded at import time)."""

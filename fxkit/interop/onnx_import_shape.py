@@ -46,6 +46,7 @@ def _constant_of_shape(c):
     fill = onnx.numpy_helper.to_array(c.attrs["value"]) if "value" in c.attrs else np.zeros(1, np.float32)
     dims = c.ints(0)
     if all(type(d) is int for d in dims):
+        c.reserve(dims, fill.dtype)
         return c.const_value(np.full(dims, fill.reshape(-1)[0], dtype=fill.dtype))
     return c.call("full", dims, fill.reshape(-1)[0].item(), dtype=_dt.from_numpy(fill.dtype))
 
@@ -243,7 +244,11 @@ def _tile(c):
 def _range(c):
     start, limit, delta = (c.scalar(i) for i in range(3))
     dtype = c.dtype(0) or _dt.int64
+    if isinstance(delta, (int, float)) and delta == 0:
+        raise GraphError(f"Range with delta 0 (start {start}, limit {limit}) never reaches its limit; the model "
+                         f"is malformed")
     if all(isinstance(v, (int, float)) for v in (start, limit, delta)):
+        c.reserve((max(0, int(np.ceil((limit - start) / delta))),), dtype.np)
         return c.const_value(np.arange(start, limit, delta, dtype=dtype.np))
     return c.call("arange", start, limit, delta, dtype=dtype)
 

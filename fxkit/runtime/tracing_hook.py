@@ -1,5 +1,5 @@
 """The dispatch protocol the tracer plugs into, kept in the runtime so the
-runtime never imports the tracer (DESIGN.md, layers).
+runtime never imports the tracer (docs/architecture.md, layers).
 
 A tracer pushes itself on `ACTIVE` while it traces; its proxies subclass
 `ProxyBase`. `Op.__call__` only scans its arguments for proxies while

@@ -42,15 +42,17 @@ from fxkit.graph.call_targets import kind_of, target_kind
 from fxkit.runtime.device import Device
 from fxkit.runtime.dtypes import DType, from_name
 from fxkit.runtime.nn import Module, Parameter
+from fxkit.runtime.alloc_limit import allocation_limit
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
+from fxkit.tracer.saved_files import read_saved, read_weights
 from fxkit.tracer.wrap import IMPURE_FLAG
 
 FORMAT = "fxkit.graph_module"
 VERSION = 2
 _READABLE = (1, 2)  # version 1 had no table of call targets
-_FILES = ("graph.json", "modules.json", "weights.npz", "code.py")
+_MODULE_SLACK = 1 << 20  # what building a module may allocate beyond its weights (small index tables)
 _SAFE_BUILTINS = {"builtins.getattr": getattr}
 
 
@@ -104,7 +106,7 @@ def save(gm, path):
                 f.write(data)
 
 
-def load(path, custom_objects=None):
+def load(path, custom_objects=None, *, max_bytes=None):
     """Read a GraphModule written by `save`.
 
     Args:
@@ -112,6 +114,11 @@ def load(path, custom_objects=None):
         custom_objects: ``{dotted name: class or function}`` for user-defined
             leaf modules and wrapped functions the graph names; nothing outside
             fxkit is imported.
+        max_bytes: the most memory the files may make load allocate (inflated
+            entries, weights, the modules built). By default 16 times the
+            files' size on disk, at least 64 MB: a file cannot make load take
+            far more memory than it takes on disk. Pass a larger value to load
+            a file you trust that needs more.
 
     Returns:
         A GraphModule computing what the saved one computed.
@@ -119,36 +126,37 @@ def load(path, custom_objects=None):
     Raises:
         GraphError: the files are not this format or are damaged, or name a class
             or function that is neither fxkit's nor in ``custom_objects``, or a
-            call-target kind no imported module registered.
+            call-target kind no imported module registered; the message names
+            the file, entry, module or node.
+        ResourceLimitError: loading would allocate more than ``max_bytes``.
     """
-    files = _read(os.fspath(path))
+    path = os.fspath(path)
+    files, budget = read_saved(path, max_bytes)
     doc = files["graph.json"]
     if type(doc) is not dict or doc.get("format") != FORMAT or doc.get("version") not in _READABLE:
         found = (doc.get("format"), doc.get("version")) if type(doc) is dict else (type(doc).__name__, None)
         raise GraphError(f"load: {path} is not an fxkit GraphModule of version {' or '.join(map(str, _READABLE))} "
                          f"(format {found[0]!r}, version {found[1]!r})")
+    weights = read_weights(files["weights.npz"], doc.get("weights"), budget)
     try:
-        with np.load(io.BytesIO(files["weights.npz"]), allow_pickle=False) as npz:
-            weights = {name: npz[f"arr_{i}"] for i, name in enumerate(doc["weights"])}
-    except (ValueError, KeyError) as exc:
-        raise GraphError(f"load: {path}: weights.npz holds pickled objects or is damaged ({exc}); "
-                         f"fxkit never unpickles, so such files cannot be loaded") from None
-    try:
-        return _rebuild(doc, files["modules.json"], weights, dict(custom_objects or {}))
+        return _rebuild(doc, files["modules.json"], weights, dict(custom_objects or {}), budget)
     except FxkitError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         # NOTE: a file of the right format and version whose structure is broken (a missing
         # field, a list where a dict belongs) fails in plain Python; say which file it was.
         raise GraphError(f"load: {path}: graph.json or modules.json is damaged ({type(exc).__name__}: {exc}); "
-                         f"save the module again with fxkit.save") from exc
+                         f"save the module again with fxkit.save") from None
 
 
-def _rebuild(doc, specs, weights, custom_objects):
+def _rebuild(doc, specs, weights, custom_objects, budget):
     """The GraphModule described by a loaded ``graph.json`` (``doc``) and ``modules.json`` (``specs``)."""
     root = {}
+    if type(specs) is not dict:
+        raise GraphError(f"load: {budget.path}: modules.json must map module names to specs, got "
+                         f"{type(specs).__name__}")
     for qualname, spec in specs.items():
-        root[qualname] = _build_module(qualname, spec, weights, custom_objects)
+        root[qualname] = _build_module(qualname, spec, weights, custom_objects, budget)
     for target, info in doc["attributes"].items():
         tensor = Tensor(weights[target])
         if info["device"] != "cpu":
@@ -191,17 +199,40 @@ def _module_spec(gm, qualname, weights):
             "training": module.training, "device": device}
 
 
-def _build_module(qualname, spec, weights, custom_objects):
+def _build_module(qualname, spec, weights, custom_objects, budget):
     name = spec["class"]
-    cls = custom_objects.get(name)
-    if cls is None and "." not in name:
-        cls = getattr(fxkit.nn, name, None)
+    cls = custom_objects.get(name) if type(name) is str else None
+    if cls is None and type(name) is str and "." not in name:
+        cls = vars(fxkit.nn).get(name)
     if not (isinstance(cls, type) and issubclass(cls, Module)):
         raise GraphError(f"load: module {qualname!r} is a {name}, which is no fxkit.nn layer; pass "
                          f"custom_objects={{{name!r}: TheClass}} to build it (loading imports no user code)")
-    module = cls(**spec["kwargs"])
+    if not callable(getattr(cls, "forward", None)):
+        raise GraphError(f"load: module {qualname!r} is a bare {cls.__name__}, which has no forward to call; "
+                         f"the graph calls it, so the file is damaged")
+    kwargs = spec["kwargs"]
+    if type(kwargs) is not dict or not all(type(k) is str for k in kwargs):
+        raise GraphError(f"load: module {qualname!r}: its constructor arguments must be a dict of names, got "
+                         f"{kwargs!r:.80}")
     prefix = qualname + "."
-    module.load_state_dict({k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)})
+    state = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    # NOTE: a module holds what its saved weights hold; building it may take a copy of them
+    # for initialisation, no more, so a spec declaring a huge layer with no weights behind it
+    # is refused before its memory is taken.
+    allowed = 2 * sum(v.nbytes for v in state.values()) + _MODULE_SLACK
+    hint = (f" by its {len(state)} saved weights; the file is damaged or forged, or the module builds large "
+            f"buffers it does not save: pass fxkit.load(path, max_bytes=N) if you trust the file")
+    if budget.explicit:
+        allowed, hint = max(allowed, budget.limit - budget.used), f" by max_bytes={budget.limit}"
+    try:
+        with allocation_limit(allowed, f"load: {budget.path}: module {qualname!r} ({name})", hint):
+            module = cls(**kwargs)
+        module.load_state_dict(state)
+    except FxkitError:
+        raise
+    except Exception as exc:  # NOTE: a constructor of any class may fail in any way on bad arguments
+        raise GraphError(f"load: module {qualname!r} ({name}) cannot be built from modules.json "
+                         f"({type(exc).__name__}: {exc}); the file is damaged") from None
     if spec["device"] != "cpu":
         module.to(spec["device"])
     return module
@@ -228,8 +259,9 @@ def _wrapped_fxkit_function(name):
 
     NOTE: walking a dotted name from a module reaches whatever the module imported
     (``fxkit.tracer.serialize.os.system``), and importing a module runs it; so only
-    modules already imported are searched, and only a wrapped function whose own
-    module and qualified name spell ``name`` is accepted.
+    modules already imported are searched, through their ``__dict__`` (a module's
+    ``__getattr__``, like ``fxkit.onnx``'s, imports on access), and only a wrapped
+    function whose own module and qualified name spell ``name`` is accepted.
     """
     module, _, qualname = name.rpartition(".")
     while module and module not in sys.modules:
@@ -237,33 +269,10 @@ def _wrapped_fxkit_function(name):
         qualname = f"{head}.{qualname}"
     fn = sys.modules.get(module)
     for part in qualname.split("."):
-        fn = getattr(fn, part, None)
+        fn = getattr(fn, "__dict__", {}).get(part)
     if fn is None or not hasattr(fn, IMPURE_FLAG) or _function_name(fn) != name:
         return None
     return fn
-
-
-def _read(path):
-    files = {}
-    if os.path.isdir(path):
-        for name in set(_FILES) & set(os.listdir(path)):
-            with open(os.path.join(path, name), "rb") as f:
-                files[name] = f.read()
-    elif zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            files = {name: zf.read(name) for name in set(_FILES) & set(zf.namelist())}
-    else:
-        raise GraphError(f"load: {path} is neither a directory nor a zip file written by fxkit.save")
-    missing = [name for name in _FILES if name not in files]
-    if missing:
-        raise GraphError(f"load: {path} lacks {', '.join(missing)}; fxkit.save writes {', '.join(_FILES)}, "
-                         f"so it was not written by fxkit.save or was damaged")
-    for name in ("graph.json", "modules.json"):
-        try:
-            files[name] = json.loads(files[name])
-        except ValueError as exc:
-            raise GraphError(f"load: {path}: {name} is no valid JSON ({exc}); the file is damaged") from None
-    return files
 
 
 # -- values as tagged JSON ----------------------------------------------------------------
@@ -317,6 +326,8 @@ class _Encoder:
 
     def value(self, v):
         t = type(v)
+        if t is int and v.bit_length() > 64:
+            return {"$int": hex(v)}  # NOTE: JSON readers (and str() past 4,300 digits) stop at big ints
         if v is None or t in (bool, int, str):
             return v
         if t is float:
@@ -370,7 +381,14 @@ class _Decoder:
         graph = Graph()
         try:
             for entry in entries:
-                self.node(graph, entry)
+                try:
+                    self.node(graph, entry)
+                except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                    if isinstance(exc, FxkitError):
+                        raise
+                    name = entry.get("name") if type(entry) is dict else entry
+                    raise GraphError(f"load: graph.json: node {name!r:.60} is damaged ({type(exc).__name__}: "
+                                     f"{exc}); save the module again with fxkit.save") from None
         finally:
             self.env = outer
         return graph
@@ -384,6 +402,10 @@ class _Decoder:
     def node(self, graph, entry):
         op, name = entry["op"], entry["name"]
         args, kwargs = self.value(entry["args"]), self.value(entry["kwargs"])
+        if type(args) is not tuple or type(kwargs) is not dict or not all(type(k) is str for k in kwargs):
+            # NOTE: a call with such arguments would only fail when the module runs
+            raise GraphError(f"load: graph.json: node %{name} has args {args!r:.60} and kwargs {kwargs!r:.60}; a "
+                             f"node's args are a tuple and its kwargs a dict of names, so the file is damaged")
         if op == "output":
             node = graph.output(args[0])
         else:
@@ -441,6 +463,10 @@ class _Decoder:
             return slice(*(self.value(x) for x in body))
         if tag == "$float":
             return float(body)
+        if tag == "$int":
+            if type(body) is not str or len(body) > 100_000:
+                raise GraphError(f"load: graph.json holds a damaged $int ({body!r:.40})")
+            return int(body, 16)
         if tag == "$ellipsis":
             return Ellipsis
         if tag == "$complex":
@@ -452,7 +478,11 @@ class _Decoder:
         if tag == "$op":
             return get_op(body)
         if tag == "$scalar":
-            return np.dtype(body[0]).type(body[1])
+            dtype = np.dtype(body[0]) if type(body[0]) is str and len(body[0]) <= 8 else None
+            if dtype is None or dtype.kind not in "biufc" or type(body[1]) not in (bool, int, float):
+                raise GraphError(f"load: graph.json holds a numpy scalar of {body[0]!r:.40}; fxkit.save writes "
+                                 f"only numbers of numeric dtypes, so the file is damaged")
+            return dtype.type(body[1])
         if tag == "$tensor":
             return Tensor(self.weights[body])
         if tag == "$function":

@@ -61,7 +61,7 @@ def test_factory_error_points_at_its_line(tmp_path):
 
 @pytest.mark.parametrize("shape, phrase", [("1,3,2x4", "'2x4' is not a dimension"),
                                            ("", "names no dimensions"),
-                                           ("1,-3", "'-3' is not a dimension")])
+                                           ("1,-3", "'-3' is a negative size")])
 def test_bad_shape_text(tmp_path, shape, phrase):
     result = fxkit("summary", "resnet18", "--input", shape, cwd=tmp_path)
     assert_error_panel(result, "ShapeError", phrase, "1,3,224,224")

@@ -34,6 +34,7 @@ def test_model_without_shapes_needs_input(tmp_path):
 
 
 def test_input_dtype_that_does_not_fit(tmp_path):
-    result = fxkit("summary", "mlp", "--input", "4,784", "--dtype", "float64", cwd=tmp_path)
+    # an input's own dtype casts nothing else (--dtype float64 would cast the model's parameters too)
+    result = fxkit("summary", "mlp", "--input", "4,784:float64", cwd=tmp_path)
     assert_error_panel(result, "DTypeError", "linear: expected all inputs to have the same dtype",
                        "node: %layers_0 = call[self.layers.0](%flatten)")

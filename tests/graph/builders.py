@@ -19,7 +19,7 @@ class MyModule(nn.Module):
 
 
 def my_module_graph(with_stack=False):
-    """The graph DESIGN.md prints for MyModule, built by hand."""
+    """The graph docs/architecture.md describes for MyModule, built by hand."""
     g = Graph()
     x = g.placeholder("x")
     param = g.get_attr("param")

@@ -1,4 +1,4 @@
-"""str(graph) against stored text (DESIGN.md's example), and the rich table."""
+"""str(graph) against stored text (the architecture page's example), and the rich table."""
 import pathlib
 
 import rich.console

@@ -176,3 +176,47 @@ def test_import_executes_and_unpickles_nothing_from_the_file(tmp_path, monkeypat
     assert generated and not foreign
     assert payload not in gm.code
     assert pathlib.Path(path).exists()
+
+
+# -- what a small file may make the import allocate -------------------------------------------------
+def _constant_of_shape(dims):
+    return _model([helper.make_node("ConstantOfShape", ["shape"], ["y"],
+                                    value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]))],
+                  inputs=[], outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
+                  initializers=[("shape", np.array(dims, np.int64))])
+
+
+def test_a_huge_folded_constant_is_refused_before_it_is_built():
+    proto = _constant_of_shape([20000, 20000])
+    assert proto.ByteSize() < 1000
+    with pytest.raises(fxkit.ResourceLimitError, match=r"node 'y' \(op type ConstantOfShape\), a constant of shape "
+                                                       r"\(20000, 20000\), would take 1.6 GB, and constants folded "
+                                                       r"while importing may take 64.0 MB in all .*max_bytes=N"):
+        fxkit.from_onnx(proto)
+    small = fxkit.from_onnx(_constant_of_shape([3, 4]))(fxkit.randn(2, 3))
+    np.testing.assert_array_equal(small.numpy(), np.ones((3, 4), np.float32))
+    with pytest.raises(fxkit.ResourceLimitError, match=r"pass a larger max_bytes= \(now 10\)"):
+        fxkit.from_onnx(_constant_of_shape([3, 4]), max_bytes=10)
+
+
+@pytest.mark.parametrize("start, limit, delta, message", [
+    (0, 10, 0, r"Range with delta 0 \(start 0, limit 10\) never reaches its limit"),
+    (0, 4_000_000_000, 1, r"a constant of shape \(4000000000,\), would take 32.0 GB"),
+])
+def test_range_of_constants_is_checked_before_it_is_built(start, limit, delta, message):
+    consts = [(n, np.array(v, np.int64)) for v, n in ((start, "a"), (limit, "b"), (delta, "c"))]
+    proto = _model([helper.make_node("Range", ["a", "b", "c"], ["y"])], inputs=[],
+                   outputs=[helper.make_tensor_value_info("y", TensorProto.INT64, ["n"])], initializers=consts)
+    with pytest.raises(fxkit.FxkitError, match=message):
+        fxkit.from_onnx(proto)
+
+
+def test_ops_folded_over_constants_are_charged_before_they_run():
+    """An Expand of a 1-element constant to [20000, 20000] is folded by the registry's op: its shape
+    rule is charged first, so the 1.6 GB are never taken."""
+    proto = _model([helper.make_node("Expand", ["one", "shape"], ["y"])], inputs=[],
+                   outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [20000, 20000])],
+                   initializers=[("one", np.ones(1, np.float32)), ("shape", np.array([20000, 20000], np.int64))])
+    with pytest.raises(fxkit.ResourceLimitError, match=r"op type Expand\), a constant of shape \(20000, 20000\), "
+                                                       r"would take 1.6 GB"):
+        fxkit.from_onnx(proto)

@@ -37,10 +37,17 @@ def relative_error(actual, expected):
     return float(np.max(np.abs(actual - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
 
 
-def run_onnxruntime(proto, inputs):
-    """The outputs onnxruntime computes for ``proto`` on ``inputs`` (Tensors), as a tuple."""
+def run_onnxruntime(proto, inputs, optimize=True):
+    """The outputs onnxruntime computes for ``proto`` on ``inputs`` (Tensors), as a tuple.
+
+    ``optimize=False`` turns graph optimisations off: no fused int8 kernels, onnxruntime's
+    reference of what a QDQ model means, the same on every CPU.
+    """
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    if not optimize:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     feeds = {info.name: x.numpy() for info, x in zip(session.get_inputs(), inputs)}
     return tuple(session.run(None, feeds))

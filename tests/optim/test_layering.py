@@ -1,4 +1,4 @@
-"""fxkit.optim and fxkit.utils sit on the runtime (DESIGN.md layers): at module level they
+"""fxkit.optim and fxkit.utils sit on the runtime (docs/architecture.md layers): at module level they
 import only fxkit.runtime, fxkit.errors and themselves, so training works without the
 graph, tracer or backends."""
 import ast

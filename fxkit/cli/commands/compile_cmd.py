@@ -23,11 +23,13 @@ BENCH_SECONDS = 2.0
 
 
 def configure(parser):
+    from fxkit.cli.parser import non_negative_float, positive_int
+
     parser.add_argument("--backend", default="numpy", metavar="NAME",
                         help="the backend: numpy, numba, cupy where installed (default: numpy)")
     parser.add_argument("--bench", action="store_true", help="time eager and compiled calls and compare")
-    parser.add_argument("--repeat", type=int, metavar="N", help="timed calls per side (default: about 2 s worth)")
-    parser.add_argument("--tolerance", type=float, metavar="TOL",
+    parser.add_argument("--repeat", type=positive_int, metavar="N", help="timed calls per side (default: about 2 s worth)")
+    parser.add_argument("--tolerance", type=non_negative_float, metavar="TOL",
                         help="allowed largest difference relative to the largest eager value")
     parser.add_argument("--code", action="store_true", help="print the generated code")
 
@@ -37,7 +39,7 @@ def run(args, out, err):
     from fxkit.cli.model_spec import concrete, input_specs, load_model, require_inputs
 
     with err.status(f"building {args.model}"):
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, args.dtype)
     specs = concrete(require_inputs(loaded, input_specs(loaded, args.input, args.dtype), NAME), NAME)
     inputs = example_tensors(specs)
     with err.status(f"compiling {loaded.name} with the {args.backend} backend"):

@@ -27,7 +27,7 @@ def run(args, out, err):
     from fxkit.graph.display import highlighted
 
     with err.status(f"building {args.model}"):
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, args.dtype)
     gm = trace(loaded, input_specs(loaded, args.input, args.dtype), err)
     if args.fuse:
         from fxkit.transforms import fuse_elementwise

@@ -16,7 +16,9 @@ examples:
 
 
 def configure(parser):
-    parser.add_argument("--stages", type=int, metavar="K",
+    from fxkit.cli.parser import positive_int
+
+    parser.add_argument("--stages", type=positive_int, metavar="K",
                         help="the number of stages (optional with pipe_split() markers)")
     parser.add_argument("--balance", choices=("flops", "params", "time"), default="flops",
                         help="what to balance: FLOPs, parameter bytes, or measured time (default: flops)")
@@ -27,7 +29,7 @@ def run(args, out, err):
     from fxkit.transforms.split_pipeline import split_pipeline
 
     with err.status(f"building {args.model}"):
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, args.dtype)
     specs = concrete(require_inputs(loaded, input_specs(loaded, args.input, args.dtype), NAME), NAME)
     gm = trace(loaded, specs, err, shapes=False)  # the split's cost model infers them
     split_pipeline(gm, specs, n_stages=args.stages, balance=args.balance, console=out)

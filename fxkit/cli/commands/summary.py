@@ -24,7 +24,7 @@ def run(args, out, err):
     from fxkit.transforms.cost import summary
 
     with err.status(f"building {args.model}"):
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, args.dtype)
     specs = require_inputs(loaded, input_specs(loaded, args.input, args.dtype), NAME)
     gm = trace(loaded, specs, err, shapes=False)  # the cost model infers them
     summary(gm, *specs, console=out)

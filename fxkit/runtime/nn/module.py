@@ -145,7 +145,8 @@ class Module:
         if "." in name:
             raise KeyError(f'{kind} name must not contain ".", got {name!r}')
         if hasattr(self, name) and name not in table:
-            raise KeyError(f"attribute '{name}' already exists")
+            raise KeyError(f"{kind} name {name!r}: attribute '{name}' already exists on "
+                           f"{type(self).__name__} (forward, train, ... are methods); choose another name")
 
     def register_parameter(self, name, param):
         """Add ``param`` (a Parameter, or None for an absent one such as ``bias=False``)."""

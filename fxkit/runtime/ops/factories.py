@@ -11,6 +11,7 @@ import numpy as np
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.device import Device, cpu
+from fxkit.runtime.alloc_limit import charge
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.tensor import Tensor
@@ -56,6 +57,13 @@ def _dtype_or(dtype, default):
     return (dtype or default).np
 
 
+def _sized(size, name, np_dtype):
+    """``size`` as a tuple of ints, charged to the current `allocation_limit` (if any)."""
+    shape = size_args(size, name)
+    charge(shape, np.dtype(np_dtype).itemsize, name)
+    return shape
+
+
 def _leaf(array, requires_grad):
     """``array`` as an impl returns it, or a leaf Tensor that requires grad (``requires_grad=True``)."""
     if not requires_grad:
@@ -74,19 +82,22 @@ def _factory_rule(name, default=None):
 @op("zeros", kind="other", factory=True, method=False, shape_rule=_factory_rule("zeros"))
 def zeros(xp, *size, dtype=None, requires_grad=False):
     """A tensor of zeros: ``fxkit.zeros(2, 3)``."""
-    return _leaf(xp.zeros(size_args(size, "zeros"), dtype=_dtype_or(dtype, _dt.default_float)), requires_grad)
+    np_dtype = _dtype_or(dtype, _dt.default_float)
+    return _leaf(xp.zeros(_sized(size, "zeros", np_dtype), dtype=np_dtype), requires_grad)
 
 
 @op("ones", kind="other", factory=True, method=False, shape_rule=_factory_rule("ones"))
 def ones(xp, *size, dtype=None, requires_grad=False):
     """A tensor of ones."""
-    return _leaf(xp.ones(size_args(size, "ones"), dtype=_dtype_or(dtype, _dt.default_float)), requires_grad)
+    np_dtype = _dtype_or(dtype, _dt.default_float)
+    return _leaf(xp.ones(_sized(size, "ones", np_dtype), dtype=np_dtype), requires_grad)
 
 
 @op("empty", kind="other", factory=True, method=False, shape_rule=_factory_rule("empty"))
 def empty(xp, *size, dtype=None, requires_grad=False):
     """An uninitialised tensor (its values are arbitrary)."""
-    return _leaf(xp.empty(size_args(size, "empty"), dtype=_dtype_or(dtype, _dt.default_float)), requires_grad)
+    np_dtype = _dtype_or(dtype, _dt.default_float)
+    return _leaf(xp.empty(_sized(size, "empty", np_dtype), dtype=np_dtype), requires_grad)
 
 
 def _full_rule(size, fill_value, dtype=None, device=None, requires_grad=False):
@@ -98,7 +109,7 @@ def _full_rule(size, fill_value, dtype=None, device=None, requires_grad=False):
 def full(xp, size, fill_value, dtype=None, requires_grad=False):
     """A tensor filled with ``fill_value``; dtype follows the value like PyTorch."""
     dtype = dtype or _dt.scalar_dtype(fill_value)
-    return _leaf(xp.full(size_args((size,), "full"), fill_value, dtype=dtype.np), requires_grad)
+    return _leaf(xp.full(_sized((size,), "full", dtype.np), fill_value, dtype=dtype.np), requires_grad)
 
 
 def _arange_bounds(start, end, step):
@@ -139,6 +150,7 @@ def _random_floats(xp, name, size, dtype, sample):
     (float64 for float64) without a float64 detour; integer dtypes are refused like PyTorch."""
     if not dtype.is_floating_point:
         raise DTypeError(f"{name}: dtype must be floating point, got {dtype.name}")
+    charge(size, dtype.itemsize, name)
     draw = getattr(generator(xp), sample)
     return draw(size, dtype=np.float32 if dtype.itemsize <= 4 else np.float64).astype(dtype.np, copy=False)
 
@@ -163,6 +175,8 @@ def _like_rule(a, *args, dtype=None, device=None, requires_grad=False, **kw):
 
 def _make_like(name, fn):
     def impl(xp, a, *args, dtype=None, requires_grad=False):
+        if not name.startswith("rand"):  # NOTE: _random_floats charges the random ones
+            charge(a.shape, np.dtype(dtype.np if dtype else a.dtype).itemsize, name)
         return _leaf(fn(xp, a.shape, *args, dtype=(dtype.np if dtype else a.dtype)), requires_grad)
 
     impl.__doc__ = f"``{name}(x)``: like ``{name[:-5]}`` with the shape and dtype of ``x``."

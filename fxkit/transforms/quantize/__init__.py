@@ -19,10 +19,11 @@ from fxkit.transforms.quantize.observers import (HistogramObserver, MinMaxObserv
 from fxkit.transforms.quantize.prepare import prepare
 from fxkit.transforms.quantize.qat import enable_fake_quant, enable_observer, prepare_qat
 from fxkit.transforms.quantize.qconfig import (QConfig, QConfigMapping, default_qat_qconfig, default_qconfig,
-                                               per_channel_qat_qconfig, per_channel_qconfig)
+                                               per_channel_qat_qconfig, per_channel_qconfig, x86_per_channel_qconfig,
+                                               x86_qconfig)
 
 __all__ = ["ConversionReport", "FakeQuantize", "FloatNode", "HistogramObserver", "MinMaxObserver",
            "MovingAverageMinMaxObserver", "ObserverBase", "PerChannelMinMaxObserver", "QConfig", "QConfigMapping",
            "QParams", "calibrate", "convert", "default_qat_qconfig", "default_qconfig", "enable_fake_quant",
            "enable_observer", "fake_quantize", "per_channel_qat_qconfig", "per_channel_qconfig", "prepare",
-           "prepare_qat"]
+           "prepare_qat", "x86_per_channel_qconfig", "x86_qconfig"]

@@ -47,7 +47,7 @@ from fxkit.graph.node import SourceLocation
 from fxkit.runtime.autograd import no_grad
 from fxkit.runtime.dtypes import DType
 from fxkit.runtime.ops.quantized_ops import quantize_multiplier
-from fxkit.runtime.quantized import quantize_affine
+from fxkit.runtime.quantized import quant_range, quantize_affine
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 from fxkit.transforms.quantize.observers import PER_TENSOR
@@ -262,7 +262,7 @@ class _Converter:
 
     def integer_arguments(self, node, info, params, qin, qout):
         """The kernel's positional arguments up to ``output_zero_point``, new buffers as `_Attribute`."""
-        w_scale, w_zero_point, w_dtype, per_channel = self.weight_qparams(info, params)
+        w_scale, w_zero_point, w_dtype, per_channel, w_range = self.weight_qparams(info, params)
         weight = params["weight"].detach()
         if per_channel:
             device = weight.device
@@ -271,6 +271,10 @@ class _Converter:
             weight_q = quantize_affine(weight, scales, zeros, w_dtype, 0)
         else:
             weight_q = quantize_affine(weight, w_scale, w_zero_point, w_dtype)
+        if w_range != quant_range(w_dtype):
+            # NOTE: a narrower range (reduce_range: -64..63) is a promise to the kernels that run
+            # the model (x86_qconfig); symmetric rounding may reach 64, so clamp like FakeQuantize.
+            weight_q = weight_q.clamp(*w_range)
         w_scale64 = np.asarray(w_scale, np.float64)
         multiplier, shift = quantize_multiplier(qin.scale * w_scale64 / qout.scale)
         bias = params["bias"]
@@ -292,7 +296,7 @@ class _Converter:
         return [node.args[0], weight_attr, bias_q, qin.zero_point, w_zero_point, multiplier, shift, qout.zero_point]
 
     def weight_qparams(self, info, params):
-        """``(scale, zero_point, dtype, per_channel)`` of the layer's weight."""
+        """``(scale, zero_point, dtype, per_channel, (quant_min, quant_max))`` of the layer's weight."""
         fake_quant = params["weight_fake_quant"]
         if fake_quant is not None:
             observer = submodule(self.gm, fake_quant)
@@ -300,7 +304,9 @@ class _Converter:
             observer = info["qconfig"].weight()
             observer(params["weight"].detach())
         scale, zero_point = observer.calculate_qparams()
-        return scale, zero_point, observer.dtype, observer.qscheme not in PER_TENSOR
+        base = observer.activation_post_process if hasattr(observer, "activation_post_process") else observer
+        return (scale, zero_point, observer.dtype, observer.qscheme not in PER_TENSOR,
+                (base.quant_min, base.quant_max))
 
     def buffer(self, node, suffix, array, device):
         return self.buffer_tensor(node, suffix, Tensor._make(device.xp.asarray(array), device))

@@ -92,6 +92,26 @@ per_channel_qconfig = QConfig(
     weight=PerChannelMinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_channel_symmetric"))
 """As `default_qconfig`, with one symmetric scale per output channel of each weight."""
 
+x86_qconfig = QConfig(
+    activation=MinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_tensor_affine"),
+    weight=MinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_tensor_symmetric", reduce_range=True))
+"""As `default_qconfig` with 7-bit weights (-64..63): for models exported to ONNX and run by
+onnxruntime on x86 CPUs without AVX-512 VNNI (AVX2 only).
+
+NOTE: there onnxruntime fuses QuantizeLinear/DequantizeLinear around MatMul and Conv into
+integer kernels that shift int8 activations to uint8 and multiply them by the int8 weights
+with ``vpmaddubsw``, which adds two products into a saturating int16: 255 * 127 * 2 = 64770
+overflows 32767 and outputs move by many quantization steps. With weights in -64..63 a pair
+is at most 255 * 64 * 2 = 32640 and never saturates (fbgemm's ``reduce_range`` solves the same
+problem on the activation side, since fbgemm's activations are uint8 already). VNNI CPUs
+(``vpdpbusd``) and fxkit's own kernels do not saturate; the price is one bit of weight
+precision."""
+
+x86_per_channel_qconfig = QConfig(
+    activation=MinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_tensor_affine"),
+    weight=PerChannelMinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_channel_symmetric", reduce_range=True))
+"""As `x86_qconfig`, with one symmetric 7-bit scale per output channel of each weight."""
+
 default_qat_qconfig = QConfig(
     activation=FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, dtype=_dt.int8,
                                       qscheme="per_tensor_affine"),
