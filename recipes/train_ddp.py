@@ -112,8 +112,14 @@ def driver(args):
     table = Table(title=f"DigitsNet, {args.epochs} epochs, global batch {GLOBAL_BATCH}, {cores} cores")
     for column in ("ranks", "batch/rank", "accuracy", "step ms", "speed-up", "equal"):
         table.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory(prefix="fxkit-ddp-") as folder:
+        checkpoint = os.path.join(folder, "digits.npz")
+        _train_and_resume(console, table, args, cores, checkpoint)
+
+
+def _train_and_resume(console, table, args, cores, checkpoint):
+    """Train on each rank count (the 2-rank job saves ``checkpoint``), print the table, then resume from it."""
     base = None
-    checkpoint = os.path.join(tempfile.mkdtemp(prefix="fxkit-ddp-"), "digits.npz")
     for n in args.ranks:
         extra = ["--epochs", str(args.epochs), "--lr", str(args.lr), "--seed", str(args.seed)]
         result = run_job(n, extra + (["--checkpoint", checkpoint] if n == 2 else []))
