@@ -60,7 +60,7 @@ for _dunder, _name in UNARY_OPERATORS.items():
         _OPERATOR_FORMS[get_op(_name)] = ("unary", _UNARY[_dunder]())
 
 _NUMBERS = (int, float)
-_CONTAINERS = frozenset({tuple, list, dict, slice})
+_CONTAINER_TYPES = (tuple, list, dict, slice)  # with subclasses: namedtuples, a node's immutable lists
 _LITERALS = frozenset({bool, str, bytes, type(None), type(Ellipsis)})
 
 
@@ -318,9 +318,9 @@ class _Emitter:
             return self.constant(value)
         if kind is tuple:
             return ast.Tuple([self.expr(v) for v in value], _LOAD, **self.pos)
-        if kind is list:
+        if isinstance(value, list):  # node arguments hold list subclasses (fxkit.graph.immutable)
             return ast.List([self.expr(v) for v in value], _LOAD, **self.pos)
-        if kind is dict:
+        if isinstance(value, dict):
             return ast.Dict([self.expr(k) for k in value], [self.expr(v) for v in value.values()], **self.pos)
         if kind is slice:
             parts = [self.expr(value.start), self.expr(value.stop), self.expr(value.step)]
@@ -401,7 +401,7 @@ def _input_ids(node, names):
     for value in node.args:
         if id(value) in names:
             found.append(id(value))
-        elif type(value) in _CONTAINERS or isinstance(value, tuple):
+        elif isinstance(value, _CONTAINER_TYPES):
             _nested_ids(value, names, found)
     kwargs = node.kwargs
     if kwargs:
@@ -410,13 +410,12 @@ def _input_ids(node, names):
 
 
 def _nested_ids(value, names, found):
-    kind = type(value)
-    if kind is dict:
+    if isinstance(value, dict):
         value = value.values()
-    elif kind is slice:
+    elif type(value) is slice:
         value = (value.start, value.stop, value.step)
     for item in value:
         if id(item) in names:
             found.append(id(item))
-        elif type(item) in _CONTAINERS or isinstance(item, tuple):
+        elif isinstance(item, _CONTAINER_TYPES):
             _nested_ids(item, names, found)

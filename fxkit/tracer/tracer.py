@@ -24,7 +24,7 @@ from fxkit.runtime.dtypes import DType
 from fxkit.runtime.device import Device
 from fxkit.runtime.op import Op
 from fxkit.runtime.tensor import Tensor
-from fxkit.runtime.tracing_hook import ACTIVE
+from fxkit.runtime.tracing_hook import ACTIVE, ProxyBase, find_proxy
 from fxkit.tracer.patching import patched
 from fxkit.tracer.proxy import Proxy, trace_error
 from fxkit.tracer.stack import user_location
@@ -107,6 +107,12 @@ class Tracer:
         if t is list:
             return [self.create_arg(v) for v in a]
         if t is dict:
+            for k in a:
+                if isinstance(k, ProxyBase) or find_proxy((k,), {}) is not None:
+                    raise trace_error(f"a traced value is used as a dict key ({k!r}); a graph's dict keys are "
+                                      f"constants, and the key of a traced value is not known while tracing",
+                                      hint="key the dict by a constant (a str or int) and keep the traced value "
+                                           "as the value")
             return {k: self.create_arg(v) for k, v in a.items()}
         if t is slice:
             return slice(self.create_arg(a.start), self.create_arg(a.stop), self.create_arg(a.step))

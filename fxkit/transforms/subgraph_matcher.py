@@ -175,7 +175,7 @@ def _match_value(p, g, nodes_map, reverse):
                 and all(_match_value(v, g.kwargs[k], nodes_map, reverse) for k, v in p.kwargs.items()))
     if isinstance(g, Node) or type(p) is not type(g):
         return False
-    if type(p) is dict:
+    if isinstance(p, dict):
         return p.keys() == g.keys() and all(_match_value(v, g[k], nodes_map, reverse) for k, v in p.items())
     if type(p) is slice:
         p, g = (p.start, p.stop, p.step), (g.start, g.stop, g.step)
