@@ -85,3 +85,8 @@ class ModelSpecError(FxkitError, ValueError):
 class MissingToolError(FxkitError, RuntimeError):
     """An external program fxkit needs for a task (Graphviz's ``dot`` to render pictures) is not
     installed; the message names the package providing it."""
+
+
+class SpecializationError(FxkitError, AssertionError):
+    """A graph traced with ``concrete_args`` was called with another value for a specialised
+    argument. An ``AssertionError`` as well, since torch.fx's guard (``torch._assert``) raises one."""

@@ -27,6 +27,7 @@ from fxkit.runtime.tensor import Tensor
 from fxkit.runtime.tracing_hook import ACTIVE, ProxyBase, find_proxy
 from fxkit.tracer.patching import patched
 from fxkit.tracer.proxy import Proxy, trace_error
+from fxkit.tracer.specialize import check_specialized, guardable
 from fxkit.tracer.stack import user_location
 
 _ATOMS = (int, float, bool, str, type(None), complex, type(Ellipsis), DType, Device, Op)
@@ -171,7 +172,9 @@ class Tracer:
             root: the module whose ``forward`` is traced, or a free function.
             concrete_args: ``{argument name: value}`` of inputs fixed to a constant
                 (flags, ``None`` masks, configuration); the graph keeps a
-                placeholder with that default and specialises on the value.
+                placeholder with that default, specialises on the value and
+                guards it: a call with another value raises `SpecializationError`
+                (`fxkit.tracer.specialize`).
 
         Returns:
             The recorded `Graph`; ``self.root`` is the module it refers to.
@@ -223,13 +226,16 @@ class Tracer:
             raise TraceError(f"symbolic_trace: concrete_args names {sorted(unknown)}, which "
                              f"{fn.__qualname__} does not take (its arguments: {[p.name for p in params]})")
         args, kwargs = [], {}
+        guards = []
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TraceError(f"symbolic_trace: {fn.__qualname__} takes {'*' if p.kind == p.VAR_POSITIONAL else '**'}"
                                  f"{p.name}; give forward named arguments (a nested tuple/dict argument is fine)")
             if p.name in concrete_args:
                 value = concrete_args[p.name]
-                self.graph.placeholder(p.name, default=value)
+                node = self.graph.placeholder(p.name, default=value)
+                if guardable(value):
+                    guards.append((node, value, p.name))
             else:
                 node = (self.graph.placeholder(p.name) if p.default is p.empty
                         else self.graph.placeholder(p.name, default=p.default))
@@ -239,6 +245,8 @@ class Tracer:
                 kwargs[p.name] = value
             else:
                 args.append(value)
+        for node, value, name in guards:  # after every placeholder, as passes expect inputs first
+            self.create_node("call", check_specialized, (node, value, name), {})
         return args, kwargs
 
 
