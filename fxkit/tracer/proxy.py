@@ -14,7 +14,8 @@ from bisect import bisect_left
 
 import numpy as np
 
-from fxkit.errors import FxkitError, TraceError, format_error
+from fxkit.errors import FxkitError, GraphError, TraceError, format_error
+from fxkit.graph.node import Node, map_aggregate
 from fxkit.graph.value import NodeValue
 from fxkit.runtime import tensor_methods
 from fxkit.runtime.registry import get_op
@@ -58,13 +59,31 @@ class Proxy(NodeValue):
     Operators and op methods come from `NodeValue`; this class adds what
     tracing a user's code needs (shape queries, in-place rebinding, errors).
 
+    ``Proxy(node)`` without a tracer is torch.fx's "graph editing with proxies":
+    operations on it record into ``node.graph`` at its insertion point, outside
+    any trace.
+
     Example:
         >>> def f(x):
         ...     return (x + 1).relu()       # x is a Proxy while tracing
         >>> print(fxkit.symbolic_trace(f).graph)
+        >>> with graph.inserting_after(relu):      # editing an existing graph
+        ...     y = (Proxy(relu) * 2).node         # call[mul](%relu, 2)
     """
 
     __slots__ = ()
+
+    def __init__(self, node, tracer=None):
+        if not isinstance(node, Node):
+            raise TraceError(format_error(
+                f"Proxy(node): expected a graph Node, got {type(node).__name__} {node!r:.60}",
+                hint="make proxies of nodes of the graph you edit: fxkit.graph.map_arg(node.args, Proxy)"))
+        if tracer is None:
+            if node._erased:
+                raise GraphError(f"Proxy(%{node.name}): the node was erased from its graph; make the proxy of "
+                                 f"a live node")
+            tracer = GraphAppendingTracer(node.graph)
+        super().__init__(node, tracer)
 
     def __repr__(self):
         return f"Proxy({self.node.name})"
@@ -213,6 +232,45 @@ class Proxy(NodeValue):
                 return get_op(name)(*inputs)
         raise trace_error(f"numpy function np.{ufunc.__name__} received traced value {self.node!r}; "
                           f"use the fxkit op of the same name instead of numpy")
+
+
+class GraphAppendingTracer:
+    """The recorder of proxies made from existing nodes: appends to one graph, traces nothing.
+
+    Args:
+        graph: the graph new nodes go into (at its current insertion point).
+    """
+
+    def __init__(self, graph):
+        self.graph = graph
+
+    def record_op(self, op, args, kwargs):
+        """An `Op` was called on such a proxy: add ``call[op]`` to the graph."""
+        return self.create_proxy("call", op, args, kwargs)
+
+    def create_proxy(self, op, target, args, kwargs, name=None):
+        """Add a node reading ``args``/``kwargs`` (proxies become their nodes); its proxy."""
+        node = self.graph.create_node(op, target, self.create_arg(args), self.create_arg(kwargs), name)
+        return Proxy(node, self)
+
+    def create_arg(self, value):
+        """``value`` with proxies replaced by their nodes; refuses nodes of other graphs and tensors."""
+        def node_of(v):
+            if isinstance(v, NodeValue):
+                if v.node.graph is not self.graph:
+                    raise GraphError(
+                        f"graph editing with proxies: %{v.node.name} belongs to another graph than the one "
+                        f"being edited; copy it in with graph.node_copy(node) and make the proxy of the copy")
+                if v.node._erased:
+                    raise GraphError(f"graph editing with proxies: %{v.node.name} was erased; use a live node")
+                return v.node
+            if isinstance(v, Tensor):
+                raise GraphError(
+                    "graph editing with proxies: a tensor constant cannot be added to a graph outside a trace "
+                    "(it would need an attribute of the module); register it with gm.register_buffer(name, t) "
+                    "and read it with Proxy(graph.get_attr(name))")
+            return v
+        return map_aggregate(value, node_of)
 
 
 def _install():

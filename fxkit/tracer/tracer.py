@@ -14,6 +14,7 @@ Example:
     >>> gm(x)        # equals model(x)
 """
 import inspect
+import math
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from fxkit.runtime.op import Op
 from fxkit.runtime.tensor import Tensor
 from fxkit.runtime.tracing_hook import ACTIVE, ProxyBase, find_proxy
 from fxkit.tracer.patching import patched
+from fxkit.tracer.autowrap import autowrap_table
 from fxkit.tracer.proxy import Proxy, trace_error
 from fxkit.tracer.specialize import check_specialized, guardable
 from fxkit.tracer.stack import user_location
@@ -48,7 +50,22 @@ class Tracer:
         >>> graph = KeepBlocks().trace(model)
     """
 
-    def __init__(self):
+    guard_concrete_args = True
+    """Whether ``concrete_args`` get a `check_specialized` guard node (tracers of bodies that
+    are analysed but never run turn it off)."""
+
+    def __init__(self, autowrap_modules=(math,), autowrap_functions=()):
+        """
+        Args:
+            autowrap_modules: modules whose public functions are recorded as one
+                ``call`` node when the traced code calls them on a traced value
+                (``math.sqrt(x.size(0))`` -> ``call[math_sqrt](%size)``), as torch.fx's.
+            autowrap_functions: more functions recorded that way (free functions
+                the traced code reaches as globals), without decorating them.
+        """
+        self._autowrap_modules = tuple(autowrap_modules)
+        self._autowrap_table = autowrap_table(self._autowrap_modules, autowrap_functions)
+        self._fn_globals = {}
         self.graph = None
         self.root = None
         self._module_paths = {}
@@ -188,6 +205,7 @@ class Tracer:
         else:
             raise TraceError(f"symbolic_trace: expected an fxkit.nn.Module or a function, got {type(root).__name__}")
         self.graph = Graph()
+        self._fn_globals = getattr(fn, "__globals__", {})
         self._index_module_tree()
         self._attr_proxies = {}
         self._arrays = {}
@@ -234,7 +252,7 @@ class Tracer:
             if p.name in concrete_args:
                 value = concrete_args[p.name]
                 node = self.graph.placeholder(p.name, default=value)
-                if guardable(value):
+                if self.guard_concrete_args and guardable(value):
                     guards.append((node, value, p.name))
             else:
                 node = (self.graph.placeholder(p.name) if p.default is p.empty

@@ -17,3 +17,6 @@ nondifferentiable("it returns Python numbers (a size query)", "size", "dim", "nu
 nondifferentiable("it is a backward op; higher-order gradients are not supported", "getitem_backward",
                   "conv2d_weight_grad")
 nondifferentiable("it is a pipeline-stage marker without tensor inputs", "pipe_split")
+nondifferentiable("it works on Python numbers (arithmetic on traced sizes), not on tensors", "math_sqrt",
+                  "math_floor", "math_ceil", "math_trunc", "math_exp", "math_log2", "math_log10", "math_fabs",
+                  "math_log", "math_pow", "math_gcd", "math_isqrt")
