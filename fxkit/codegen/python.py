@@ -39,7 +39,8 @@ _LOAD = ast.Load()
 _STORE = ast.Store()
 _BINARY = {"__add__": ast.Add, "__sub__": ast.Sub, "__mul__": ast.Mult, "__truediv__": ast.Div,
            "__floordiv__": ast.FloorDiv, "__mod__": ast.Mod, "__pow__": ast.Pow,
-           "__matmul__": ast.MatMult, "__and__": ast.BitAnd, "__or__": ast.BitOr, "__xor__": ast.BitXor}
+           "__matmul__": ast.MatMult, "__and__": ast.BitAnd, "__or__": ast.BitOr, "__xor__": ast.BitXor,
+           "__lshift__": ast.LShift, "__rshift__": ast.RShift}
 _COMPARE = {"__eq__": ast.Eq, "__ne__": ast.NotEq, "__lt__": ast.Lt, "__le__": ast.LtE,
             "__gt__": ast.Gt, "__ge__": ast.GtE}
 _UNARY = {"__neg__": ast.USub, "__invert__": ast.Invert}  # abs() is a builtin a node may shadow

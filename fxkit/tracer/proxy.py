@@ -30,10 +30,12 @@ WAYS_OUT = ("pass the deciding input as a constant with symbolic_trace(model, co
 _UFUNC_OPS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
               np.floor_divide: "floor_divide", np.remainder: "remainder", np.power: "pow",
               np.matmul: "matmul", np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or",
-              np.bitwise_xor: "bitwise_xor", np.equal: "eq", np.not_equal: "ne", np.less: "lt",
+              np.bitwise_xor: "bitwise_xor", np.left_shift: "bitwise_left_shift",
+              np.right_shift: "bitwise_right_shift", np.equal: "eq", np.not_equal: "ne", np.less: "lt",
               np.less_equal: "le", np.greater: "gt", np.greater_equal: "ge"}
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%",
-            "pow": "**", "matmul": "@", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+            "pow": "**", "matmul": "@", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+            "bitwise_left_shift": "<<", "bitwise_right_shift": ">>"}
 _OPERATOR_OPCODES = ("BINARY_OP", "COMPARE_OP")
 _instructions = weakref.WeakKeyDictionary()  # code -> its instructions (generated code comes and goes)
 

@@ -4,7 +4,7 @@ from fxkit.runtime.autograd.function import nondifferentiable
 nondifferentiable("it returns bool; compare without tracking gradients", "eq", "ne", "lt", "le", "gt", "ge",
                   "isnan", "logical_and", "logical_or", "logical_xor", "logical_not")
 nondifferentiable("it works on integer or bool tensors", "bitwise_and", "bitwise_or", "bitwise_xor",
-                  "bitwise_not", "one_hot")
+                  "bitwise_not", "one_hot", "bitwise_left_shift", "bitwise_right_shift")
 nondifferentiable("it returns integer indices", "argmax", "argmin")
 nondifferentiable("it returns bool", "all", "any")
 nondifferentiable("it casts to an integer or bool dtype", "int", "long", "bool")
