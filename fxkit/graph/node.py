@@ -157,6 +157,19 @@ class Node:
         return list(self._inputs)
 
     @property
+    def tag(self):
+        """The node's tag (``meta["tag"]``), read by `fxkit.transforms.split_by_tags`; None when untagged.
+
+        torch.fx code sets ``node.tag = "..."`` as a free attribute; fxkit nodes keep
+        such annotations in ``meta``, which every pass carries over.
+        """
+        return self.meta.get("tag")
+
+    @tag.setter
+    def tag(self, value):
+        self.meta["tag"] = value
+
+    @property
     def stack(self):
         """The user's source location recorded by the tracer, or None."""
         return self.meta.get("stack")

@@ -234,6 +234,13 @@ class Tracer:
                 for key, tensor in table.items():
                     if tensor is not None:
                         tensors.setdefault(id(tensor), prefix + key)
+        for name, module in self.root.named_modules():
+            # A plain tensor attribute (``self.table = fxkit.ones(3)``) is read as get_attr under
+            # its own name, as torch.fx does; parameters and buffers keep precedence.
+            prefix = name + "." if name else ""
+            for key, value in vars(module).items():
+                if isinstance(value, Tensor) and not key.startswith("__"):
+                    tensors.setdefault(id(value), prefix + key)
         self._module_paths, self._tensor_paths = modules, tensors
 
     def _placeholders(self, fn, skip, concrete_args):

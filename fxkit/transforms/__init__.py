@@ -17,9 +17,10 @@ from fxkit.transforms.fold_conv_bn import FoldConvBN, fold_conv_bn
 from fxkit.transforms.fuse_elementwise import FuseElementwise, fuse_elementwise
 from fxkit.transforms.fused_op import FusedOp
 from fxkit.transforms.remove_dropout import RemoveDropout, remove_dropout
-from fxkit.transforms.replace_pattern import replace_pattern
+from fxkit.transforms.replace_pattern import replace_pattern, replace_pattern_with_filters
 from fxkit.transforms.subgraph_matcher import Match, SubgraphMatcher
 from fxkit.transforms.split_module import split_module
+from fxkit.transforms.split_by_tags import split_by_tags
 from fxkit.transforms.split_pipeline import StageStats, split_pipeline
 from fxkit.transforms.stage_chain import StageChain
 from fxkit.transforms.grad import grad
@@ -30,5 +31,5 @@ __all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
            "EliminateCommonSubexpressions", "EliminateDeadCode", "FoldConstants", "FoldConvBN", "FuseElementwise",
            "FusedOp", "Match",
            "RemoveDropout", "SubgraphMatcher", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern",
-           "StageChain", "StageStats", "split_module", "split_pipeline", "grad"]
+           "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern", "replace_pattern_with_filters",
+           "StageChain", "StageStats", "split_by_tags", "split_module", "split_pipeline", "grad"]

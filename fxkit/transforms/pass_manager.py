@@ -44,13 +44,17 @@ class PassManager:
         example_inputs: forward arguments; when given, each pass's outputs are
             compared with the previous step's.
         verbose: print the summary table after each run.
+        checks: callables ``check(gm)`` run on the input and after every pass
+            (torch.fx's ``PassManager.add_checks``); one that raises stops the run
+            with a `GraphError` naming the check and the pass before it.
 
     Attributes:
         records: the `PassRecord` of each pass of the last run.
     """
 
-    def __init__(self, passes, check=True, example_inputs=None, verbose=False):
+    def __init__(self, passes, check=True, example_inputs=None, verbose=False, checks=()):
         self.passes = list(passes)
+        self.checks = list(checks)
         self.check = check
         self.example_inputs = tuple(example_inputs) if example_inputs is not None else None
         self.verbose = verbose
@@ -64,6 +68,7 @@ class PassManager:
         self.records = []
         if self.check:
             _lint(gm, "the input (before any pass)")
+        self._run_checks(gm, "on the input (before any pass)")
         expected = self._outputs(gm, "the input (before any pass)")
         for p in self.passes:
             name = pass_name(p)
@@ -77,6 +82,7 @@ class PassManager:
             if self.check:
                 _lint(result, f"pass {name!r}")
             result.recompile()
+            self._run_checks(result, f"after pass {name!r}")
             self.records.append(PassRecord(name, before, len(result.graph.nodes), seconds))
             if self.example_inputs is not None:
                 actual = self._outputs(result, f"pass {name!r}")
@@ -93,6 +99,26 @@ class PassManager:
         if self.verbose:
             self.summary()
         return gm
+
+    def add_pass(self, p):
+        """Append ``p`` to the passes."""
+        self.passes.append(p)
+
+    def add_checks(self, check):
+        """Run ``check(gm)`` on the input and after every pass (it raises to report a broken module)."""
+        if not callable(check):
+            raise GraphError(f"PassManager.add_checks: a check is a callable check(gm), got {type(check).__name__}")
+        self.checks.append(check)
+
+    def _run_checks(self, gm, who):
+        for check in self.checks:
+            try:
+                check(gm)
+            except Exception as exc:  # noqa: BLE001  (a user's check may raise anything; named below)
+                raise GraphError(format_error(
+                    f"PassManager: check {pass_name(check)!r} failed {who}: {type(exc).__name__}: {exc}",
+                    hint="the module is in a state the check refuses; fix the pass named (or the check)"
+                )) from exc
 
     def _outputs(self, gm, who):
         if self.example_inputs is None:
