@@ -22,26 +22,6 @@ ALLOWED = {
                    "max_pool2d_with_indices); fxkit's one op takes it as F does"),
 }
 
-NOT_YET_RENAMED`` lists ops still named in fxkit's first style
-(``a``, ``b``, ``inp``, ``x``): their implementations, shape rules, gradient rules and
-ONNX rules (``a.a``) read those names, so the rename is one change across the
-layers, tracked in issue 15. The test fails when an op differs without being listed
-and when a listed op agrees, so both lists only shrink.
-"""
-import pytest
-
-from fxkit.runtime.registry import all_ops
-from tests.peer.torch_signatures import agrees, torch_parameter_lists
-
-torch = pytest.importorskip("torch")
-
-ALLOWED = {
-    "einsum": ("torch.einsum(equation, *operands) takes the operands as varargs (ATen: tensors); fxkit's o"
-               "p has one 'operands' parameter holding them, so a graph node's args stay flat"),
-    "max_pool2d": ("return_indices is F.max_pool2d's argument (a Python dispatcher between aten::max_pool2d an"
-               "d max_pool2d_with_indices); fxkit's one op takes it as F does"),
-}
-
 NOT_YET_RENAMED = frozenset({
     "abs", "add", "addmm", "all", "amax", "amin", "any", "argmax", "argmin", "baddbmm", "bitwise_and",
     "bitwise_not", "bitwise_or", "bitwise_xor", "bmm", "ceil", "chunk", "clamp", "contiguous", "cos", "cumsum",
