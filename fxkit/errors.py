@@ -90,3 +90,8 @@ class MissingToolError(FxkitError, RuntimeError):
 class SpecializationError(FxkitError, AssertionError):
     """A graph traced with ``concrete_args`` was called with another value for a specialised
     argument. An ``AssertionError`` as well, since torch.fx's guard (``torch._assert``) raises one."""
+
+
+class PassError(FxkitError, TypeError):
+    """A pass or a check that does not fit the `PassManager` (a check taking other arguments
+    than the module, a pass returning something that is no module)."""

@@ -5,7 +5,7 @@ Every pass is a callable ``GraphModule -> GraphModule``; `PassManager` runs a
 list of them, linting and checking outputs after each.
 """
 from fxkit.transforms.pass_base import Pass, pass_name
-from fxkit.transforms.pass_manager import PassManager, PassRecord
+from fxkit.transforms.pass_manager import PassManager, PassRecord, this_before_that_pass_constraint
 from fxkit.transforms.shape_prop import ShapeProp
 from fxkit.transforms.symbolic import Sym
 from fxkit.transforms.infer_shapes import infer_shapes
@@ -26,7 +26,7 @@ from fxkit.transforms.stage_chain import StageChain
 from fxkit.transforms.grad import grad
 from fxkit.transforms import quantize  # noqa: E402  (fxkit.transforms.quantize: prepare, calibrate, convert)
 
-__all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
+__all__ = ["Pass", "PassManager", "PassRecord", "pass_name", "this_before_that_pass_constraint",
            "ShapeProp", "Sym", "infer_shapes", "Cost", "estimate_cost",
            "EliminateCommonSubexpressions", "EliminateDeadCode", "FoldConstants", "FoldConvBN", "FuseElementwise",
            "FusedOp", "Match",
