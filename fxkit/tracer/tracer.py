@@ -219,7 +219,7 @@ class Tracer:
                 result = fn(*args, **kwargs)
             finally:
                 ACTIVE.pop()
-        self.graph.output(self.create_arg(result))
+        self.create_node("output", "output", (self.create_arg(result),), {})
         self._arrays = {}
         self._constants = []
         return self.graph
@@ -258,13 +258,13 @@ class Tracer:
                                  f"{p.name}; give forward named arguments (a nested tuple/dict argument is fine)")
             if p.name in concrete_args:
                 value = concrete_args[p.name]
-                node = self.graph.placeholder(p.name, default=value)
+                node = self.create_node("placeholder", p.name, (value,), {}, name=p.name)
                 if self.guard_concrete_args and guardable(value):
                     guards.append((node, value, p.name))
             else:
-                node = (self.graph.placeholder(p.name) if p.default is p.empty
-                        else self.graph.placeholder(p.name, default=p.default))
-                node.meta["stack"] = user_location(0)
+                # NOTE: through create_node, as every node of a trace, so a subclass sees them all.
+                node = self.create_node("placeholder", p.name, () if p.default is p.empty else (p.default,), {},
+                                        name=p.name)
                 value = self.proxy(node)
             if p.kind == p.KEYWORD_ONLY:
                 kwargs[p.name] = value

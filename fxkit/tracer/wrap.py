@@ -59,6 +59,11 @@ def wrap(fn_or_name=None, *, pure=True):
     if not callable(fn_or_name):
         raise TypeError(f"fxkit.wrap: expected a function or its name, got {type(fn_or_name).__name__}")
     fn = fn_or_name
+    frame = sys._getframe(1)
+    if frame.f_code.co_name == "<module>" and frame.f_globals.get(getattr(fn, "__name__", None)) is fn:
+        # ``fxkit.wrap(fn)`` as a statement at a module's top level (torch.fx's form, the result
+        # unused): the module's global is patched while a trace runs, as for wrap("name").
+        _BY_NAME[id(frame.f_globals), fn.__name__] = (frame.f_globals, fn.__name__, pure)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
