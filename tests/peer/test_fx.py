@@ -643,11 +643,3 @@ def test_unpack_dict_better_error():
 
     with pytest.raises(TraceError):
         symbolic_trace(UnpacksDict())
-
-
-# test/test_fx.py::TestFX::test_graph_edit_with_proxy (operator targets in a hand-built graph)
-def test_operator_targets_run():
-    graph = Graph()
-    x = graph.placeholder("x")
-    graph.output(graph.call(operator.add, (x, 1)))
-    assert GraphModule(nn.Module(), graph)(2) == 3
