@@ -25,16 +25,19 @@ from fxkit.errors import GraphError
 from fxkit.transforms.split_module import split_module
 
 
-def split_by_tags(gm, tags):
+def split_by_tags(gm, tags, return_fqn_mapping=False):
     """Split ``gm`` into one child `GraphModule` per tag, each an attribute named after its tag.
 
     Args:
         gm: the module to split (left unchanged); every ``call`` node has a tag from ``tags``.
         tags: the tags (valid identifiers), e.g. ``["front", "back"]``.
+        return_fqn_mapping: also return ``{qualified name in gm: qualified name in the
+            parent}`` of every submodule and attribute the children read
+            (``{"linear1": "red.linear1"}``), as torch.fx's does.
 
     Returns:
         The parent `GraphModule`; ``parent.<tag>`` is the child of that tag (tags
-        without nodes get none).
+        without nodes get none). With ``return_fqn_mapping``, ``(parent, mapping)``.
 
     Raises:
         GraphError: a ``call`` node has no tag or one not in ``tags``, a tag is no
@@ -55,6 +58,7 @@ def split_by_tags(gm, tags):
 
     parent = split_module(gm, partition, prefix="__split_by_tags_")
     graph = parent.graph
+    mapping = {}
     for node in list(graph.find_nodes(op="call")):
         key = node.meta.get("partition")
         if type(node.target) is not str or key is None:
@@ -67,5 +71,8 @@ def split_by_tags(gm, tags):
         node.target = tag
         node.name = tag
         node.tag = tag
+        for inner in child.graph.nodes:
+            if inner.op in ("call", "get_attr") and type(inner.target) is str:
+                mapping.setdefault(inner.target, f"{tag}.{inner.target}")
     parent.recompile()
-    return parent
+    return (parent, mapping) if return_fqn_mapping else parent
