@@ -319,3 +319,34 @@ def test_insertion_point():
     x = randn(33, 44)
     assert_equal(gm(x), fxkit.relu(fxkit.neg(x)))
     assert np.isfinite(gm(x).numpy()).all()
+
+
+# test/test_fx.py::TestFX::test_shape_prop_aggregate
+def test_shape_prop_aggregate():
+    from fxkit.transforms import ShapeProp
+
+    class ReturnTwo(nn.Module):
+        def forward(self, x):
+            return (3, fxkit.sum(x))
+
+    class UnderTest(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rt = ReturnTwo()
+
+        def forward(self, x):
+            return self.rt(x)
+
+    class RTTracer(fxkit.Tracer):
+        def is_leaf_module(self, m, module_qualified_name):
+            return type(m) is ReturnTwo
+
+    ut = UnderTest()
+    mod = GraphModule(ut, RTTracer().trace(ut))
+    ShapeProp(mod).propagate(fxkit.rand(3, 4))
+    for node in mod.graph.nodes:
+        if node.op == "call" and type(node.target) is str:  # call_module
+            assert "tensor_meta" in node.meta
+            tensor_meta = node.meta["tensor_meta"]
+            assert tensor_meta[0] == 3
+            assert tensor_meta[1].shape == ()
