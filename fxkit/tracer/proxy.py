@@ -17,7 +17,7 @@ import numpy as np
 from fxkit.errors import FxkitError, GraphError, TraceError, format_error
 from fxkit.graph.node import Node, map_aggregate
 from fxkit.graph.value import NodeValue
-from fxkit.runtime import tensor_methods
+from fxkit.runtime import tensor_methods, tracing_hook
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 from fxkit.tracer.stack import user_location
@@ -245,6 +245,9 @@ class GraphAppendingTracer:
 
     def __init__(self, graph):
         self.graph = graph
+        # NOTE: while one lives (its proxies keep it alive), Op.run looks for proxies in its arguments.
+        tracing_hook.EDITING[0] += 1
+        weakref.finalize(self, _stop_editing)
 
     def record_op(self, op, args, kwargs):
         """An `Op` was called on such a proxy: add ``call[op]`` to the graph."""
@@ -273,6 +276,10 @@ class GraphAppendingTracer:
                     "and read it with Proxy(graph.get_attr(name))")
             return v
         return map_aggregate(value, node_of)
+
+
+def _stop_editing():
+    tracing_hook.EDITING[0] -= 1
 
 
 def _install():
