@@ -77,6 +77,12 @@ class PipelineError(FxkitError, RuntimeError):
     different pipeline (wrong number of ranks)."""
 
 
+class DistributedError(FxkitError, RuntimeError):
+    """A collective or a data-parallel step that cannot go on: a peer rank died, hangs, or runs
+    a different program; a process group used before `init_process_group`; tensors that differ
+    across ranks where they must agree."""
+
+
 class ModelSpecError(FxkitError, ValueError):
     """A model named on the command line (``package.module:factory``, ``file.py:Class`` or a zoo
     name) that cannot be found, imported or built."""

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-ORDER = ["runtime", "codegen", "graph", "tracer", "transforms", "backends", "interop", "models", "cli"]
+ORDER = ["runtime", "codegen", "graph", "tracer", "transforms", "distributed", "backends", "interop", "models", "cli"]
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fxkit"
 
 

@@ -84,7 +84,8 @@ def _elementwise(node):
     target = node.target
     if isinstance(target, FusedOp):
         return target.num_outputs == 1 and row_node(target.graph) is None
-    return isinstance(target, Op) and target.kind == "elementwise" and target.pure and target.template is not None
+    return (isinstance(target, Op) and target.kind == "elementwise" and target.pure
+            and target.kernel_template(_meta(node).dtype) is not None)
 
 
 def _fits(node, shape, k, skip=None):

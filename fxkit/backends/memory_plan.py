@@ -18,6 +18,15 @@ allocate) keeps its inputs' storage alive as long as it is alive itself, and
 storage reachable from the graph's output is never reused. Only storage the
 generated code allocated itself is ever reused (results of ops that always
 allocate, see `allocates`): never a graph input, a parameter or a constant.
+
+The rule every compiled module keeps (the numba backend's output pools keep it
+at run time with reference counts, `fxkit.backends.numba_launch`): **a buffer is
+written only when nothing outside the plan can still reach it.** This plan
+proves it ahead of time, so storage that leaves its sight *escapes* and is
+never reused: storage handed to code other than fxkit's registry ops and fused
+kernels (`may_keep_references`: a wrapped function such as ``capture(t)`` that
+appends ``t`` to a list, a submodule and its hooks), and storage returned to
+the caller (with every view of it).
 A buffer the current op reads may be reused only when it is read directly
 (same array, same layout), so even a naive elementwise kernel may write
 element i after reading element i.
@@ -33,6 +42,7 @@ from fxkit.codegen.promotion import input_casts
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
+from fxkit.transforms.fused_op import FusedOp
 
 
 class UfuncForm(NamedTuple):
@@ -220,9 +230,21 @@ def plan_buffers(nodes, writers):
         elif node.op == "call":
             shared = {s for used in node.all_input_nodes for s in aliases.get(used, ())}
             aliases[node] = tuple(shared)
+            until = math.inf if may_keep_references(node) else last_use.get(node, i)
             for s in shared:
-                end[s] = max(end[s], last_use.get(node, i))
+                end[s] = max(end[s], until)
     return plan
+
+
+def may_keep_references(node):
+    """True when ``node`` calls code that may keep a reference to its arguments past the call.
+
+    Registry ops and fused groups of them only read their inputs (views they
+    return are followed as aliases); anything else (a wrapped function, a
+    submodule with its hooks, a backend's opaque callable) may store what it is
+    given, so its inputs' storage escapes the plan.
+    """
+    return node.op == "call" and not isinstance(node.target, (Op, FusedOp))
 
 
 def _dead_storage(candidates, end, holder, aliases, i, node):

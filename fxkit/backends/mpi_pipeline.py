@@ -7,7 +7,7 @@ values the later stages need on to the next rank; the last rank joins the
 outputs. Receiving the next micro-batch and sending the last result happen on
 two helper threads while the stage computes, so the ranks overlap as in
 GPipe's schedule. Messages carry tensors through the buffer protocol (see
-`fxkit.backends.mpi_transport`): no arrays are pickled.
+`fxkit.distributed.transport`): no arrays are pickled.
 
 Failures never hang the job: a rank whose stage raises tells its neighbours
 (who pass it on) and every rank raises a `PipelineError`; a rank that died or
@@ -20,18 +20,15 @@ Example (``mpiexec -n 2 python script.py``):
     >>> with abort_on_error():
     ...     out = MPIPipeline(parent, chunks=4)(x)      # the output on the last rank, None elsewhere
 """
-import contextlib
 import queue
-import sys
 import threading
 import time
-import traceback
 
 from fxkit.errors import PipelineError
 from fxkit.runtime.autograd import no_grad
 from fxkit.runtime.device import Device
 from fxkit.backends.microbatch import join_batches, map_tensors, split_batch
-from fxkit.backends.mpi_transport import HELLO, Channel, PeerError, import_mpi
+from fxkit.distributed.transport import HELLO, Channel, PeerError, abort_on_error, import_mpi  # noqa: F401
 from fxkit.backends.pipeline import as_chain
 
 _POLL_SECONDS = 0.05
@@ -217,34 +214,3 @@ def _helper(fn, channel_queue, failed, stop):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
-
-
-@contextlib.contextmanager
-def abort_on_error(comm=None, exit_code=1, grace=1.0):
-    """End the whole MPI job when the block raises: print the error, then ``MPI_Abort``.
-
-    A rank that fails cannot just exit: a peer that hangs would keep ``mpiexec``
-    waiting, and ``MPI_Finalize`` may wait on messages to a dead peer.
-
-    Args:
-        comm: the communicator to abort; defaults to ``MPI.COMM_WORLD``.
-        exit_code: the job's exit status.
-        grace: seconds to wait before aborting, so neighbours this rank told
-            of its failure print their own errors first.
-
-    Example:
-        >>> with abort_on_error():
-        ...     out = MPIPipeline(parent, chunks=4)(x)
-    """
-    MPI = import_mpi()
-    comm = comm if comm is not None else MPI.COMM_WORLD
-    try:
-        yield
-    except BaseException as exc:  # noqa: BLE001  (anything that ends this rank ends the job)
-        if isinstance(exc, PipelineError):
-            print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        else:
-            traceback.print_exc()
-            sys.stderr.flush()
-        time.sleep(grace)
-        comm.Abort(exit_code)

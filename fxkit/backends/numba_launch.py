@@ -13,7 +13,8 @@ page faults, as much as the arithmetic, so each call site keeps the outputs
 it made (up to `POOL` per output) and writes into one again when nothing
 outside the pool refers to it any more: neither the caller (a result it
 kept, a Tensor around it, a view of it) nor generated code. The contract:
-**a result is never overwritten while anything references it**; a caller who
+**a result is never overwritten while anything references it** (the rule of
+`fxkit.backends.memory_plan`, checked here at run time); a caller who
 keeps every result gets fresh arrays, one who drops them gets the same memory
 back. The test is CPython's reference count of the buffer, so it also holds
 with several threads calling one compiled module: a buffer is counted as
@@ -77,9 +78,18 @@ class KernelCall:
 
     def _dense_order(self, args):
         """The axis order in which every array argument is C-contiguous (``x.T``'s is reversed),
-        or None when they do not share one."""
+        or None when they do not share one.
+
+        Size-1 dimensions stay where they are (their strides are arbitrary): the
+        kernel was generated for the call's shape and reads the extents of the
+        other dimensions by position, so only those may trade places.
+        """
         first = args[self._arrays[0]]
-        order = tuple(sorted(range(first.ndim), key=lambda d: -first.strides[d]))
+        moving = [d for d in range(first.ndim) if first.shape[d] != 1]
+        order = list(range(first.ndim))
+        for position, d in zip(moving, sorted(moving, key=lambda d: -first.strides[d])):
+            order[position] = d
+        order = tuple(order)
         for i in self._arrays:
             if not args[i].transpose(order).flags.c_contiguous:
                 return None

@@ -134,7 +134,8 @@ def tanh32(x):
     ax = abs(x)
     large = _F32(1.0) - _F32(2.0) / (exp32(ax + ax) + _F32(1.0))
     large = large if x >= _F32(0.0) else -large
-    return small if ax < _F32(0.625) else (large if x == x else x)
+    # NOTE: x itself at ±0: the polynomial's term is +0 there and would turn tanh(-0.0) into +0.
+    return (small if x != _F32(0.0) else x) if ax < _F32(0.625) else (large if x == x else x)
 
 
 @numba.njit(**_JIT)

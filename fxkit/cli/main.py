@@ -10,7 +10,7 @@ errors); Ctrl-C exits with 130 without a traceback.
 import argparse
 import sys
 
-from fxkit.cli.commands import COMMANDS
+from fxkit.cli.commands import COMMANDS, launch
 from fxkit.cli.output import console_for
 from fxkit.cli.parser import RichArgumentParser
 
@@ -28,6 +28,7 @@ examples:
   fxkit draw lstm_cell --fuse -o lstm.svg
   fxkit split resnet50 --stages 4
   fxkit compile mlp --backend numba --bench
+  fxkit launch -n 4 train.py
 
 `fxkit COMMAND --help` describes a command."""
 
@@ -47,6 +48,10 @@ def build_parser():
                                   description=command.DESCRIPTION, epilog=command.EXAMPLES)
         command.configure(sub)
         sub.set_defaults(run=command.run)
+    # launch takes a script, not a model: no common model arguments.
+    sub = commands.add_parser(launch.NAME, help=launch.HELP, description=launch.DESCRIPTION, epilog=launch.EXAMPLES)
+    launch.configure(sub)
+    sub.set_defaults(run=launch.run)
     return parser
 
 

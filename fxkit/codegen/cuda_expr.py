@@ -288,8 +288,10 @@ class CudaEmitter:
     def emit(self, block, node):
         """Append ``const <type> <local> = <translated template>;`` for the call ``node``; returns the local."""
         op = node.target
-        if not isinstance(op, Op) or op.template is None:
-            raise LoweringError(f"CUDA kernels: {node.format_node()} has no kernel template")
+        result = self.metas.get(node)
+        if not isinstance(op, Op) or op.kernel_template(getattr(result, "dtype", None)) is None:
+            raise LoweringError(f"CUDA kernels: {node.format_node()} has no kernel template"
+                                f"{' for integer results (its impl checks their values)' if op.template else ''}")
         call = bind_call(node, self.metas)
         if not isinstance(call.result, TensorMeta):
             raise LoweringError(f"CUDA kernels: {node.format_node()} does not compute one tensor")

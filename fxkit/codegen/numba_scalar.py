@@ -135,8 +135,11 @@ class ScalarEmitter:
     def emit(self, block, node):
         """Append ``<local> = <cast>(<translated template>)`` for the call ``node``."""
         op = node.target
-        if not isinstance(op, Op) or op.template is None:
-            raise LoweringError(f"numba kernels: {node.format_node()} has no kernel template")
+        result = self.metas[node]
+        template = op.kernel_template(getattr(result, "dtype", None)) if isinstance(op, Op) else None
+        if template is None:
+            raise LoweringError(f"numba kernels: {node.format_node()} has no kernel template"
+                                f"{' for integer results (its impl checks their values)' if op.template else ''}")
         names, options = template_names(op, node.args, node.kwargs)
         metas = [self._meta(v) for v in names.values()]
         dtype = compute_dtype(op, metas, self.metas[node])
@@ -146,10 +149,9 @@ class ScalarEmitter:
             exprs[key] = self.operand(value, dtype if key in promoted else None)
         for key, value in options.items():
             exprs[key] = self.operand(value, dtype)
-        template = op.template(**options) if callable(op.template) else op.template
+        template = template(**options) if callable(template) else template
         tree = ast.parse(template, mode="eval").body
         expr = _Template(exprs, dtype).visit(tree)
-        result = self.metas[node]
         local = self.namespace.create_name(op.name)
         block.line(f"{local} = {ast.unparse(cast(expr, result.dtype))}")
         self.values[node] = ast.Name(local, _LOAD)

@@ -123,5 +123,6 @@ def bind_call(node, metas):
     promoted = set(list(names)[op.promote_from:]) if dtype is not None else set()
     operands = {key: (value, dtype if key in promoted else None) for key, value in names.items()}
     operands.update({key: (value, dtype) for key, value in options.items()})
-    text = op.template(**options) if callable(op.template) else op.template
+    template = op.kernel_template(getattr(metas[node], "dtype", None))
+    text = template(**options) if callable(template) else template
     return TemplateCall(ast.parse(text, mode="eval").body, operands, dtype, metas[node])

@@ -15,7 +15,13 @@ Example:
     ...         self.calls = getattr(self, "calls", 0) + 1
     ...         return super().call(target, args, kwargs)
     >>> CountCalls(gm).run(x)
+
+One Interpreter may be shared by threads: the state of a run (``env``,
+``args_iter``) is kept per thread, so concurrent ``run`` calls each see their
+own values (state a subclass adds on ``self`` is its own to guard).
 """
+import threading
+
 from fxkit.errors import FxkitError, GraphError
 from fxkit.graph.attributes import fetch_attr
 from fxkit.graph.node import map_arg
@@ -30,15 +36,15 @@ class Interpreter:
         graph: the graph to run; defaults to ``module.graph``.
 
     Attributes:
-        env: node -> value of the nodes computed so far.
+        env: node -> value of the nodes computed so far by the calling thread's last run.
+        args_iter: the calling thread's remaining graph inputs.
     """
 
     def __init__(self, module, garbage_collect_values=True, graph=None):
         self.module = module
         self.graph = graph if graph is not None else module.graph
         self.garbage_collect_values = garbage_collect_values
-        self.env = {}
-        self.args_iter = iter(())
+        self._run_state = _RunState()
         self._frees = {}
         if garbage_collect_values:
             seen = set()
@@ -47,6 +53,22 @@ class Interpreter:
                     if used not in seen:
                         seen.add(used)
                         self._frees.setdefault(node, []).append(used)
+
+    @property
+    def env(self):
+        return self._run_state.env
+
+    @env.setter
+    def env(self, value):
+        self._run_state.env = value
+
+    @property
+    def args_iter(self):
+        return self._run_state.args_iter
+
+    @args_iter.setter
+    def args_iter(self, value):
+        self._run_state.args_iter = value
 
     def run(self, *args, initial_env=None):
         """Run the graph on ``args`` (one per placeholder) and return its output.
@@ -120,6 +142,14 @@ class Interpreter:
             return fetch_attr(self.module, target)
         except AttributeError as exc:
             raise GraphError(str(exc)) from None
+
+
+class _RunState(threading.local):
+    """One thread's run of an `Interpreter`: its values so far and its remaining inputs."""
+
+    def __init__(self):
+        self.env = {}
+        self.args_iter = iter(())
 
 
 def node_error(node, exc):

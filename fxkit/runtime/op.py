@@ -70,15 +70,19 @@ class Op:
         pure: False for ops with effects or randomness; never removed or merged.
         factory: True for ops that create tensors from no tensor (``zeros``);
             they take ``device=`` and ``dtype=``.
+        integer_checks: True when, for integer results, the impl raises on some input
+            values (an integer division by zero, a negative integer power): a kernel
+            built from the template cannot, so such calls run the impl (`kernel_template`).
         operands: for elementwise ops, how many leading arguments are tensor operands
             (tensors or numbers; anything else is refused before numpy sees it).
     """
 
     __slots__ = ("name", "kind", "impl", "shape_rule", "promote", "template", "method",
-                 "pure", "factory", "promote_from", "grad_rule", "operands", "_fast", "_signature", "__wrapped__")
+                 "pure", "factory", "promote_from", "grad_rule", "operands", "integer_checks", "_fast", "_signature",
+                 "__wrapped__")
 
     def __init__(self, name, impl, *, kind, shape_rule=None, promote=None, template=None,
-                 method=True, pure=True, factory=False, promote_from=0):
+                 method=True, pure=True, factory=False, promote_from=0, integer_checks=False):
         if kind not in KINDS:
             raise FxkitError(f"op {name!r}: kind {kind!r} is not one of {KINDS}")
         if promote not in PROMOTIONS:
@@ -88,6 +92,7 @@ class Op:
         self.impl = impl
         self.promote = promote
         self.template = template
+        self.integer_checks = integer_checks
         self.method = name if method is True else (method or None)
         self.pure = pure
         self.factory = factory
@@ -106,6 +111,13 @@ class Op:
 
     def __repr__(self):
         return f"<op {self.name}>"
+
+    def kernel_template(self, dtype):
+        """The template of a kernel computing this op for a ``dtype`` result, or None: also for
+        integer (or unknown) results of `integer_checks` ops, whose calls keep running the impl."""
+        if self.integer_checks and (dtype is None or not dtype.is_floating_point):
+            return None
+        return self.template
 
     @property
     def signature(self):
@@ -486,12 +498,12 @@ def _op_by_name(name):
 
 
 def op(name, *, kind, shape_rule=None, promote=None, template=None, method=True, pure=True,
-       factory=False, promote_from=0):
+       factory=False, promote_from=0, integer_checks=False):
     """Decorator: register ``impl`` as the op ``name`` and return the `Op`."""
 
     def register(impl):
         return add_op(Op(name, impl, kind=kind, shape_rule=shape_rule, promote=promote,
                          template=template, method=method, pure=pure, factory=factory,
-                         promote_from=promote_from))
+                         promote_from=promote_from, integer_checks=integer_checks))
 
     return register

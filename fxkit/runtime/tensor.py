@@ -175,6 +175,14 @@ class Tensor:
 
         return tensor_api.register_hook(self, hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(self)`` after this leaf's gradient accumulated into ``.grad`` during
+        backward (once per backward, with every contribution summed). Returns a handle whose
+        ``remove()`` unregisters it."""
+        from fxkit.runtime.autograd import tensor_api
+
+        return tensor_api.register_post_accumulate_grad_hook(self, hook)
+
     def is_floating_point(self):
         """Whether the dtype is a floating-point one."""
         return self.dtype.is_floating_point

@@ -174,7 +174,14 @@ def _fusible(gm, node, tensors):
     tensors[node] = result = _computes_tensor(gm, node, tensors)
     target = node.target
     return (result and node.op == "call" and isinstance(target, Op) and target.kind == "elementwise"
-            and target.pure and target.template is not None)
+            and target.pure and target.kernel_template(result_dtype(node)) is not None)
+
+
+def result_dtype(node):
+    """The `DType` of the one tensor ``node`` computes (from its meta), or None."""
+    meta = node.meta.get("tensor_meta")
+    dtype = getattr(meta, "dtype", None) if meta is not None else node.meta.get("dtype")
+    return dtype if isinstance(dtype, DType) else None
 
 
 def _computes_tensor(gm, node, tensors):

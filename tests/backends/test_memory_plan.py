@@ -136,3 +136,40 @@ def test_the_table_is_keyed_by_registry_ops():
     for op, form in UFUNC_FORMS.items():
         assert op.kind == "elementwise", op.name
         assert callable(getattr(np, form.ufunc)) and getattr(np, form.ufunc).nin == form.inputs + len(form.extra)
+
+
+# -- storage that escapes the plan ------------------------------------------------------------------------
+_KEPT = []
+
+
+@fxkit.wrap
+def capture(t):
+    """A wrapped function that keeps what it is given (an activation logger)."""
+    _KEPT.append(t)
+    return t.sum()
+
+
+def _captures(x):
+    a = x * 2.0
+    s = capture(a)      # a dies here for the graph, but _KEPT still holds it
+    b = x + s           # same shape and dtype as a: the first candidate for a's buffer
+    return b * 3.0
+
+
+def test_storage_given_to_a_wrapped_function_escapes_the_plan():
+    buffers, _ = plan(_captures, (4,))
+    assert "mul" not in buffers.values()
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("numba", marks=pytest.mark.slow)])
+def test_values_a_wrapped_function_kept_are_never_overwritten(backend):
+    if backend == "numba":
+        pytest.importorskip("numba")
+    x = fxkit.from_numpy(np.random.default_rng().standard_normal(4).astype(np.float32))
+    compiled = fxkit.compile(_captures, backend=backend, example_inputs=[x])
+    _KEPT.clear()
+    got = compiled(x)
+    np.testing.assert_array_equal(_KEPT[-1].numpy(), x.numpy() * np.float32(2.0))
+    expected = (x.numpy().astype(np.float64) + (x.numpy() * np.float32(2.0)).sum(dtype=np.float64)) * 3.0
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5)
+

@@ -17,7 +17,7 @@ import pytest
 
 import fxkit
 from fxkit.backends.microbatch import join_batches, split_batch
-from fxkit.backends.mpi_transport import decode, encode
+from fxkit.distributed.transport import decode, encode
 from fxkit.errors import PipelineError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from fxkit.graph import Graph, GraphModule, Interpreter
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.fused_op import FusedOp
-from tests.backends.fused_cases import ELEMENTWISE_CASES, single_op_group
+from tests.backends.fused_cases import ELEMENTWISE_CASES, single_op_group, without_kernel
 from tests.runtime.opcheck import to_fxkit
 
 numba = pytest.importorskip("numba")
@@ -122,6 +122,8 @@ def test_every_template_compiles_to_what_eager_computes(c, rng):
     fused, inputs = single_op_group(op, args, kwargs)
     if any(a.dtype.name not in _NUMBA_DTYPES for a in inputs):
         pytest.skip("numba has no arrays of this dtype (the backend runs such groups with numpy)")
+    if without_kernel(op, args, kwargs):
+        pytest.skip(without_kernel(op, args, kwargs))
     eager = op(*to_fxkit(copy.deepcopy(args), "cpu"), **to_fxkit(copy.deepcopy(kwargs), "cpu"))
     source = elementwise_kernel(fused, [meta(a) for a in inputs])
     with np.errstate(all="ignore"):
@@ -386,3 +388,16 @@ def test_random_elementwise_graphs_match_the_interpreter_on_the_thread_pool(case
         compiled = fxkit.compile(gm, backend="numba")
         got = compiled(*inputs)
     assert_matches(got, expected)
+
+
+@pytest.mark.parametrize("op, kwargs", [(ops.floor_divide, {}), (ops.remainder, {}), (ops.pow, {}),
+                                        (ops.div, {"rounding_mode": "trunc"}), (ops.div, {"rounding_mode": "floor"})])
+def test_integer_ops_eager_checks_get_no_kernel(op, kwargs):
+    # A kernel cannot raise on a zero divisor or a negative power as eager mode does: it is refused.
+    ints = np.arange(1, 5, dtype=np.int32)
+    fused, inputs = single_op_group(op, (ints, ints), kwargs)
+    with pytest.raises(fxkit.LoweringError, match="no kernel template for integer results"):
+        elementwise_kernel(fused, [meta(a) for a in inputs])
+    floats = ints.astype(np.float32)
+    fused, inputs = single_op_group(op, (floats, floats), kwargs)
+    assert run_kernel(elementwise_kernel(fused, [meta(a) for a in inputs]), *inputs).dtype == np.float32

@@ -1,4 +1,7 @@
 """Interpreter (node-by-node execution, error reports) and Transformer (rebuilding)."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -166,3 +169,41 @@ def test_ops_on_values_are_recorded(rng):
     w, b = gm.linear.weight.numpy().astype(np.float64), gm.linear.bias.numpy().astype(np.float64)
     expected = np.clip(((x.numpy() + gm.param.numpy()) @ w.T + b) * 2 - 1, 0, 1)
     np.testing.assert_allclose(new(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_one_interpreter_runs_in_several_threads_at_once(rng):
+    class Meeting(Interpreter):
+        """Two runs meet at their first call, so each is half-way while the other starts."""
+
+        def __init__(self, module):
+            super().__init__(module)
+            self.barrier = threading.Barrier(2, timeout=10)
+            self.met = threading.local()
+
+        def call(self, target, args, kwargs):
+            if not getattr(self.met, "done", False):
+                self.met.done = True
+                self.barrier.wait()
+            return super().call(target, args, kwargs)
+
+    gm = _gm()
+    interp = Meeting(gm)
+    inputs = [randn(rng, 3, 4), randn(rng, 3, 4)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(interp.run, inputs))
+    for x, got in zip(inputs, results):
+        np.testing.assert_allclose(got.numpy(), my_module_reference(gm, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_shared_interpreter_under_load(rng):
+    gm = _gm()
+    interp = Interpreter(gm)
+    inputs = [randn(rng, 3, 4) for _ in range(4)]
+    expected = [my_module_reference(gm, x) for x in inputs]
+
+    def work(k):
+        return all(np.allclose(interp.run(inputs[k]).numpy(), expected[k], rtol=1e-5, atol=1e-6)
+                   for _ in range(150))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(4)))

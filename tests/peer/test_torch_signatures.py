@@ -20,20 +20,22 @@ ALLOWED = {
                "has one 'operands' parameter holding them, so a graph node's args stay flat"),
     "max_pool2d": ("return_indices is F.max_pool2d's argument (a Python dispatcher between aten::max_pool2d and "
                    "max_pool2d_with_indices); fxkit's one op takes it as F does"),
+    "adaptive_max_pool2d": ("return_indices is F.adaptive_max_pool2d's argument (a Python dispatcher between "
+                            "aten::adaptive_max_pool2d and its with-indices form); fxkit's one op takes it as F does"),
 }
 
 NOT_YET_RENAMED = frozenset({
     "abs", "add", "addmm", "all", "amax", "amin", "any", "argmax", "argmin", "baddbmm", "bitwise_and",
     "bitwise_not", "bitwise_or", "bitwise_xor", "bmm", "ceil", "chunk", "clamp", "contiguous", "cos", "cumsum",
     "dim", "div", "empty_like", "erf", "exp", "expand", "expm1", "flatten", "flip", "floor", "floor_divide",
-    "full_like", "gather", "ge", "gelu", "gt", "index_add", "index_select", "isnan", "le", "leaky_relu",
-    "lerp", "linear", "log", "log1p", "log_softmax", "logical_and", "logical_not", "logical_or", "logical_xor",
-    "logsumexp", "lt", "masked_fill", "matmul", "max", "maximum", "mean", "min", "minimum", "mm", "mul",
-    "narrow", "neg", "norm", "numel", "numpy_T", "one_hot", "ones_like", "permute", "pow", "prod", "rand_like",
-    "randn_like", "reciprocal", "relu", "remainder", "repeat", "reshape", "roll", "round", "rsqrt", "scatter",
-    "scatter_add", "sigmoid", "sign", "silu", "sin", "size", "softmax", "split", "sqrt", "squeeze", "std",
-    "sub", "sum", "t", "tanh", "tile", "to", "transpose", "tril", "triu", "unflatten", "unsqueeze", "var",
-    "view", "where", "zeros_like",
+    "full_like", "gather", "ge", "gelu", "gt", "index_add", "index_put", "index_select", "isnan", "le",
+    "leaky_relu", "lerp", "linear", "log", "log1p", "log_softmax", "logical_and", "logical_not", "logical_or",
+    "logical_xor", "logsumexp", "lt", "masked_fill", "matmul", "max", "maximum", "mean", "min", "minimum",
+    "mm", "mul", "narrow", "neg", "norm", "numel", "numpy_T", "one_hot", "ones_like", "permute", "pow", "prod",
+    "rand_like", "randn_like", "reciprocal", "relu", "remainder", "repeat", "reshape", "roll", "round",
+    "rsqrt", "scatter", "scatter_add", "sigmoid", "sign", "silu", "sin", "size", "softmax", "split", "sqrt",
+    "squeeze", "std", "sub", "sum", "swapaxes", "swapdims", "t", "tanh", "tile", "to", "transpose", "tril",
+    "triu", "unbind", "unflatten", "unsqueeze", "var", "view", "where", "zeros_like",
 })
 
 

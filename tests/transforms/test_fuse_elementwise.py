@@ -361,3 +361,22 @@ def test_elementwise_only_programs_fuse_each_component_into_one_group(program):
     components = {root(n) for n in parent}
     gm = _check_fused(program, min_size=1)
     assert len(fused_calls(gm)) == len(components)
+
+
+@pytest.mark.parametrize("op", [ops.floor_divide, ops.remainder, ops.pow])
+def test_integer_ops_eager_checks_stay_out_of_groups(op):
+    # Eager mode raises on an integer zero divisor or negative power; a fused kernel could not.
+    def f(a, b):
+        return op(a + 1, b) * 2 - 1
+
+    ints = fxkit.tensor([[4, 5], [6, 7]])
+    gm = fxkit.symbolic_trace(f)
+    ShapeProp(gm).run(ints, ints)
+    fused = fuse_elementwise(gm, min_size=1)
+    assert [n.target for n in fused.graph.nodes if n.op == "call" and not isinstance(n.target, FusedOp)] == [op]
+    with pytest.raises(fxkit.FxkitError, match="division by zero|negative integer powers"):
+        fused(ints, fxkit.tensor([[0, 1], [2, -1]]))
+    floats = ints.float()
+    gm = fxkit.symbolic_trace(f)
+    ShapeProp(gm).run(floats, floats)
+    assert [body_ops(n.target) for n in fused_calls(fuse_elementwise(gm))] == [["add", op.name, "mul", "sub"]]

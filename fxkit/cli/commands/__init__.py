@@ -7,8 +7,8 @@ printing results on ``out`` and progress on ``err`` (rich consoles) and
 returning the exit status. Modules import fxkit's heavier parts inside
 ``run``, so ``fxkit --help`` stays quick.
 """
-from fxkit.cli.commands import compile_cmd, draw, graph, split, summary
+from fxkit.cli.commands import compile_cmd, draw, graph, launch, split, summary
 
 COMMANDS = (graph, summary, draw, split, compile_cmd)
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "launch"]

@@ -12,12 +12,12 @@ Example:
     >>> w.grad.shape
     (3, 4)
 """
-from fxkit.runtime.autograd.engine import backward, grad
+from fxkit.runtime.autograd.engine import backward, grad, queue_callback
 from fxkit.runtime.autograd.function import Context, GradRule, Node, NonDifferentiable, defgrad, nondifferentiable
 from fxkit.runtime.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
 _RULE_MODULES = ("rules_elementwise", "rules_reductions", "rules_linalg", "rules_shape", "rules_indexing",
-                 "rules_nn", "rules_conv", "rules_loss", "rules_nondiff")
+                 "rules_nn", "rules_attention", "rules_conv", "rules_loss", "rules_nondiff")
 
 
 def load_rules():
@@ -35,5 +35,5 @@ def gradcheck(fn, inputs, **options):
     return check(fn, inputs, **options)
 
 
-__all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "gradcheck",
+__all__ = ["backward", "grad", "queue_callback", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "gradcheck",
            "defgrad", "nondifferentiable", "GradRule", "NonDifferentiable", "Node", "Context"]

@@ -22,11 +22,13 @@ class AutogradMeta:
             the same storage (PyTorch's version counter).
         retains_grad: a non-leaf keeps its gradient in ``grad``.
         hooks: functions called with a leaf's gradient before it accumulates.
+        post_hooks: functions of no argument called after a leaf's gradient
+            accumulated into ``grad`` (``register_post_accumulate_grad_hook``).
         is_view: this tensor shares storage with a tensor it was computed from.
         blocked_by: the name of the non-differentiable op this value came through.
     """
 
-    __slots__ = ("requires_grad", "grad", "grad_fn", "output_nr", "version", "retains_grad", "hooks", "is_view",
+    __slots__ = ("requires_grad", "grad", "grad_fn", "output_nr", "version", "retains_grad", "hooks", "post_hooks", "is_view",
                  "blocked_by", "__weakref__")
 
     def __init__(self, requires_grad=False, grad_fn=None, output_nr=0, version=None, is_view=False,
@@ -38,6 +40,7 @@ class AutogradMeta:
         self.version = [0] if version is None else version
         self.retains_grad = False
         self.hooks = None
+        self.post_hooks = None
         self.is_view = is_view
         self.blocked_by = blocked_by
 

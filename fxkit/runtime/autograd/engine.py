@@ -3,10 +3,15 @@
 Nodes run in a topological order of the graph reachable from the outputs, so
 a node runs once, after every gradient of its outputs has arrived (summed).
 Leaves accumulate into ``.grad`` (`backward`) or hand their gradient back
-(`grad`). Without ``retain_graph`` each node drops its saved values once run,
+(`grad`); a leaf reached along several edges gets their sum in one
+accumulation (PyTorch's AccumulateGrad), after which its post-accumulate
+hooks run: data-parallel training starts reducing a gradient the moment it
+is final. Callbacks queued during a backward (`queue_callback`) run once it
+has finished, before ``backward()`` returns. Without ``retain_graph`` each node drops its saved values once run,
 so memory held for backward is freed as the pass goes, and a second backward
 through the same graph is an error, as in PyTorch.
 """
+import threading
 import weakref
 
 from fxkit.errors import AutogradError
@@ -16,6 +21,29 @@ from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 
 _GRAD = grad_mode.ENABLED
+_ACCUMULATE = threading.Lock()
+"""Serialises adding into ``.grad``: threads running backward into one shared parameter (PyTorch's
+AccumulateGrad locks the same way) would otherwise lose updates between the check and the add."""
+
+# One list of queued callbacks per backward running on this thread (a hook may start another backward).
+_CALLBACKS = threading.local()
+
+
+def queue_callback(callback):
+    """Run ``callback()`` when the backward pass now running ends, before ``backward()`` returns.
+
+    Called from a hook: `DistributedDataParallel` queues the wait for its
+    gradient all-reduces this way, as PyTorch's DDP does through its engine's
+    ``queue_callback``. Callbacks run in the order queued, only if the
+    backward succeeded.
+
+    Raises:
+        AutogradError: no backward pass is running on this thread.
+    """
+    stack = getattr(_CALLBACKS, "stack", None)
+    if not stack:
+        raise AutogradError("queue_callback: no backward pass is running; call it from a gradient hook")
+    stack[-1].append(callback)
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -34,13 +62,23 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     """
     _check_first_order(create_graph)
     roots = _roots(tensors, grad_tensors)
-    if inputs is None:
-        _run(roots, bool(retain_graph), None)
-        return
-    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    for t, g in zip(inputs, _captured(roots, inputs, bool(retain_graph))):
-        if g is not None:
-            _accumulate(t._grad, g)
+    stack = getattr(_CALLBACKS, "stack", None)
+    if stack is None:
+        stack = _CALLBACKS.stack = []
+    stack.append([])
+    try:
+        if inputs is None:
+            _run(roots, bool(retain_graph), None)
+        else:
+            inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+            for t, g in zip(inputs, _captured(roots, inputs, bool(retain_graph))):
+                if g is not None:
+                    _accumulate(t._grad, g)
+                    _post_hooks(t._grad)
+    finally:
+        callbacks = stack.pop()
+    for callback in callbacks:
+        callback()
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
@@ -146,18 +184,48 @@ def _run(roots, retain_graph, capture):
             _add(buffers, meta.grad_fn, meta.output_nr, g)
     order = _topological(list(buffers))
     useful = _useful(order, capture) if capture is not None else None
+    leaves = _leaf_edges(order) if capture is None else None
     for node in order:
         grads = buffers.pop(node, None)
         if grads is None or (useful is not None and node not in useful):
+            if leaves is not None:
+                for _, edge, _ in node.inputs:
+                    if type(edge) is not tuple:
+                        _arrive(leaves, edge, None)
             continue
         results = run_node(node, grads, retain_graph, capture)
         for (_, edge, _), g in zip(node.inputs, results):
-            if g is None:
-                continue
             if type(edge) is tuple:
-                _add(buffers, edge[0], edge[1], g)
-            else:
+                if g is not None:
+                    _add(buffers, edge[0], edge[1], g)
+            elif leaves is not None:
+                _arrive(leaves, edge, g)
+            elif g is not None:
                 _deliver(edge, g, capture)
+
+
+def _leaf_edges(order):
+    """``{id(meta): [edges still to arrive, gradient so far]}`` for the leaves the nodes feed."""
+    leaves = {}
+    for node in order:
+        for _, edge, _ in node.inputs:
+            if type(edge) is not tuple:
+                slot = leaves.get(id(edge))
+                if slot is None:
+                    leaves[id(edge)] = [1, None]
+                else:
+                    slot[0] += 1
+    return leaves
+
+
+def _arrive(leaves, meta, g):
+    """One edge into leaf ``meta`` is done (``g`` may be None); deliver the sum once all are."""
+    slot = leaves[id(meta)]
+    if g is not None:
+        slot[1] = g if slot[1] is None else slot[1] + g
+    slot[0] -= 1
+    if not slot[0] and slot[1] is not None:
+        _deliver(meta, slot[1], None)
 
 
 def _topological(starts):
@@ -308,15 +376,23 @@ def _deliver(meta, g, capture):
             changed = hook(g)
             g = g if changed is None else changed
     _accumulate(meta, g)
+    _post_hooks(meta)
+
+
+def _post_hooks(meta):
+    if meta.post_hooks:
+        for hook in tuple(meta.post_hooks):
+            hook()
 
 
 def _accumulate(meta, g):
     """Add ``g`` into ``meta.grad``: a fresh copy the first time (a rule's gradient may alias
     another), in place afterwards (as PyTorch's AccumulateGrad)."""
-    if meta.grad is None:
-        meta.grad = Tensor._make(g._data.copy(), g.device)
-    else:
-        meta.grad._data += g._data
+    with _ACCUMULATE:
+        if meta.grad is None:
+            meta.grad = Tensor._make(g._data.copy(), g.device)
+        else:
+            meta.grad._data += g._data
 
 
 def retain(meta):

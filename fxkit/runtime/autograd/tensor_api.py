@@ -1,6 +1,8 @@
 """The autograd side of `Tensor`'s methods: ``requires_grad``, ``grad``, ``detach``,
 ``retain_grad``, ``register_hook``. Tensor keeps one-line delegations to these,
 so its file holds no autograd logic."""
+import weakref
+
 from fxkit.errors import AutogradError, DTypeError, ShapeError
 from fxkit.runtime.autograd.autograd_meta import AutogradMeta
 from fxkit.runtime.autograd.engine import retain
@@ -111,3 +113,25 @@ def register_hook(tensor, hook):
         hooks = node.hooks.setdefault(meta.output_nr, [])
     hooks.append(hook)
     return RemovableHandle(hooks, hook)
+
+
+def register_post_accumulate_grad_hook(tensor, hook):
+    meta = tensor._grad
+    if meta is None or not meta.requires_grad:
+        raise AutogradError("register_post_accumulate_grad_hook: can't register a hook on a tensor that does not "
+                            "require grad")
+    if meta.grad_fn is not None:
+        raise AutogradError("register_post_accumulate_grad_hook: only leaf tensors accumulate gradients; this one "
+                            f"was computed by {meta.grad_fn.op.name} (use register_hook for non-leaf tensors)")
+    if meta.post_hooks is None:
+        meta.post_hooks = []
+    # NOTE: a weak reference: the meta the hook lives in belongs to the tensor (no cycle keeps it alive).
+    ref = weakref.ref(tensor)
+
+    def call():
+        t = ref()
+        if t is not None:
+            hook(t)
+
+    meta.post_hooks.append(call)
+    return RemovableHandle(meta.post_hooks, call)

@@ -116,7 +116,8 @@ def _check_division(xp, name, a, b):
         _check_int_divisor(xp, name, b)
 
 
-@op("div", kind="elementwise", promote="common", template=_div_template, shape_rule=_div_rule)
+@op("div", kind="elementwise", promote="common", template=_div_template, shape_rule=_div_rule,
+    integer_checks=True)
 def div(xp, a, b, rounding_mode=None):
     """``a / b``.
 
@@ -144,21 +145,21 @@ def div(xp, a, b, rounding_mode=None):
     return out
 
 
-@op("floor_divide", kind="elementwise", promote="common", template="floor_divide(a, b)")
+@op("floor_divide", kind="elementwise", promote="common", template="floor_divide(a, b)", integer_checks=True)
 def floor_divide(xp, a, b):
     """``a // b``, rounded toward -inf (``div(a, b, rounding_mode='floor')``)."""
     _check_division(xp, "floor_divide", a, b)
     return xp.floor_divide(a, b)
 
 
-@op("remainder", kind="elementwise", promote="common", template="remainder(a, b)")
+@op("remainder", kind="elementwise", promote="common", template="remainder(a, b)", integer_checks=True)
 def remainder(xp, a, b):
     """Python's modulus ``a - floor(a / b) * b``: the result has the sign of ``b``."""
     _check_division(xp, "remainder", a, b)
     return xp.remainder(a, b)
 
 
-@op("pow", kind="elementwise", promote="common", template="pow(a, b)")
+@op("pow", kind="elementwise", promote="common", template="pow(a, b)", integer_checks=True)
 def pow(xp, a, b):  # noqa: A001
     """``a ** b``."""
     kind = _kind(a, b)
@@ -262,9 +263,13 @@ def _described(value):
 @op("lerp", kind="elementwise", promote="float",
     template="where(abs(c) < 0.5, a + c * (b - a), b - (b - a) * (1 - c))")
 def lerp(xp, a, b, weight):
-    """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``)."""
+    """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``); half precision
+    computes in float32 and rounds once, as PyTorch does (``b - a`` may overflow in float16)."""
     if hasattr(a, "dtype") and a.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(lerp.impl, xp, a, b, weight)
+    if hasattr(a, "dtype") and a.dtype == xp.float16:
+        wide = [v.astype(xp.float32) if hasattr(v, "dtype") else v for v in (a, b, weight)]
+        return lerp.impl(xp, *wide).astype(xp.float16)
     if not hasattr(weight, "dtype"):
         if -0.5 < weight < 0.5:
             out = xp.subtract(b, a)

@@ -9,6 +9,7 @@ once, like a fused kernel would. bfloat16 counts as floating point (numpy's
 kind for it is ``'V'``) and runs those steps in float32, as half precision does.
 """
 import functools
+import inspect
 import math
 
 import numpy as np
@@ -23,9 +24,6 @@ from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, scalar
 
 _SQRT1_2 = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
-# sigmoid and silu clamp -x here so exp(-x) never overflows (and numpy never warns); this
-# changes only results below the smallest normal number (sigmoid(-88) is 6e-39 in float32).
-_EXP_LIMIT = {np.dtype(np.float32): 88.0, np.dtype(np.float64): 709.0}
 
 
 def _in_place_steps(impl):
@@ -37,8 +35,14 @@ def _in_place_steps(impl):
     computes it (and so ``exp`` of a float16 cannot overflow halfway).
     """
 
+    first = list(inspect.signature(impl).parameters)[1]  # the input's name (``a``, ``input``)
+
     @functools.wraps(impl)
-    def run(xp, a, *args, **kwargs):
+    def run(xp, *args, **kwargs):
+        if args:
+            a, args = args[0], args[1:]
+        else:  # the input passed by name: ``F.hardswish(input=x)``
+            a = kwargs.pop(first)
         try:
             direct = a.ndim and a.itemsize >= 4
         except AttributeError:
@@ -122,10 +126,11 @@ def reciprocal(xp, a):
 @op("sigmoid", kind="elementwise", promote="float", template="1 / (1 + exp(-a))")
 @_in_place_steps
 def sigmoid(xp, a):
-    """``1 / (1 + exp(-a))``, PyTorch's formula, keeping full relative accuracy for very negative ``a``."""
+    """``1 / (1 + exp(-a))``, PyTorch's formula: ``exp(-a)`` overflows to inf for very negative
+    ``a`` and the result is 0 (subnormal just before), as PyTorch's."""
     out = xp.negative(a)
-    xp.minimum(out, _EXP_LIMIT[out.dtype], out=out)
-    xp.exp(out, out=out)
+    with np.errstate(over="ignore"):
+        xp.exp(out, out=out)
     out += 1.0
     xp.reciprocal(out, out=out)
     return out
@@ -137,10 +142,10 @@ def silu(xp, a, inplace=False):
     """``a * sigmoid(a)``, computed as PyTorch does: ``a / (1 + exp(-a))``;
     ``inplace=True`` also writes the result into ``a``."""
     out = xp.negative(a)
-    xp.minimum(out, _EXP_LIMIT[out.dtype], out=out)
-    xp.exp(out, out=out)
-    out += 1.0
-    xp.divide(a, out, out=out)
+    with np.errstate(over="ignore", invalid="ignore"):  # silu(-max) is -0 and silu(-inf) nan, as PyTorch's
+        xp.exp(out, out=out)
+        out += 1.0
+        xp.divide(a, out, out=out)
     return _store_if_inplace(a, out, inplace)
 
 
@@ -190,20 +195,21 @@ def gelu(xp, a, approximate="none"):
         approximate: ``'none'`` for the exact ``0.5 * a * (1 + erf(a / sqrt(2)))``,
             ``'tanh'`` for ``0.5 * a * (1 + tanh(sqrt(2 / pi) * (a + 0.044715 * a**3)))``.
     """
-    if approximate == "none":
-        out = intrinsics.erf(xp, a * _SQRT1_2)
-    elif approximate == "tanh":
-        out = a * a
-        out *= 0.044715
-        out += 1.0
-        out *= a
-        out *= _SQRT_2_OVER_PI
-        xp.tanh(out, out=out)
-    else:
+    if approximate not in ("none", "tanh"):
         raise ShapeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    with np.errstate(over="ignore"):  # a**3 of a large a is inf on purpose: tanh(inf) is 1
+        if approximate == "none":
+            out = intrinsics.erf(xp, a * _SQRT1_2)
+        else:
+            out = a * a
+            out *= 0.044715
+            out += 1.0
+            out *= a
+            out *= _SQRT_2_OVER_PI
+            xp.tanh(out, out=out)
     out += 1.0
+    out *= 0.5  # NOTE: before the product: ``a * (1 + ...)`` overflows for a near the dtype's max, a * 0.5 * 2 does not
     out *= a
-    out *= 0.5
     return out
 
 

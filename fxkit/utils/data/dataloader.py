@@ -32,6 +32,9 @@ class DataLoader:
         batch_size: samples per batch (a positive int), or None to yield samples
             one by one without a batch dimension.
         shuffle: draw a new random order every epoch (map-style datasets only).
+        sampler: an iterable of dataset indices giving the order (and the subset)
+            of an epoch, such as `fxkit.distributed.DistributedSampler`; excludes
+            ``shuffle``.
         drop_last: drop the last batch when it has fewer than ``batch_size`` samples.
         collate_fn: merges a list of samples into a batch; `default_collate`
             (stacking) by default, `default_convert` when ``batch_size`` is None.
@@ -43,7 +46,8 @@ class DataLoader:
         ...     loss = F.nll_loss(model(batch), labels)
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, collate_fn=None, num_workers=0):
+    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, collate_fn=None, num_workers=0,
+                 sampler=None):
         if batch_size is not None and (not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool)
                                        or batch_size <= 0):
             raise ValueError(f"DataLoader: batch_size should be a positive integer value, but got "
@@ -52,7 +56,13 @@ class DataLoader:
             raise ValueError("DataLoader: batch_size=None turns batching off, so drop_last=True has nothing to drop")
         if not isinstance(num_workers, numbers.Integral) or num_workers < 0:
             raise ValueError(f"DataLoader: num_workers should be a non-negative integer, got {num_workers!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler and shuffle are mutually exclusive; the sampler decides the order "
+                             "(DistributedSampler(dataset, shuffle=True) shuffles)")
         self._stream = isinstance(dataset, IterableDataset)
+        if self._stream and sampler is not None:
+            raise ValueError(f"DataLoader: {type(dataset).__name__} is an IterableDataset, which takes no sampler")
+        self.sampler = sampler
         name = type(dataset).__name__
         if self._stream:
             if shuffle:
@@ -77,7 +87,7 @@ class DataLoader:
         if not hasattr(self.dataset, "__len__"):
             raise TypeError(f"DataLoader: {type(self.dataset).__name__} is a stream without __len__, so the "
                             f"number of batches is unknown until it ends")
-        n = len(self.dataset)
+        n = len(self.dataset) if self.sampler is None else len(self.sampler)
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
@@ -94,8 +104,12 @@ class DataLoader:
 
     def _keys(self):
         """Indices of each batch (a single index when batching is off), in epoch order."""
-        n = len(self.dataset)
-        order = generator(np).permutation(n).tolist() if self.shuffle else range(n)
+        if self.sampler is not None:
+            order = list(self.sampler)
+        else:
+            n = len(self.dataset)
+            order = generator(np).permutation(n).tolist() if self.shuffle else range(n)
+        n = len(order)
         if self.batch_size is None:
             yield from order
             return

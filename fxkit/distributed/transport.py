@@ -1,5 +1,11 @@
-"""Point-to-point messages of tensors between MPI ranks, with deadlines.
+"""The MPI transport shared by the pipeline executor and the collectives: timed waits and messages.
 
+`import_mpi` loads mpi4py; `poll` is the one deadline loop every wait on a
+peer goes through (``Test``/``Iprobe`` and short sleeps, no blocking call);
+`Channel` sends values point to point for `fxkit.backends.mpi_pipeline`;
+`fxkit.distributed.work` waits on non-blocking collectives with `poll`.
+
+Point-to-point messages of tensors between MPI ranks, with deadlines:
 A message is a small JSON header (the nesting of the values, each array's
 shape and dtype, the micro-batch number) followed by one message per array,
 sent from its own memory through the buffer protocol: nothing is pickled, so
@@ -12,28 +18,64 @@ rank stops with the first failure's text instead of waiting out its deadline.
 Values may be Tensors (sent from the host; received on the cpu), and ints,
 floats, bools, strings and None, nested in tuples, lists and dicts.
 """
+import contextlib
 import json
+import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 
-from fxkit.errors import PipelineError
+from fxkit.errors import FxkitError, PipelineError
 from fxkit.runtime.tensor import Tensor
 
 HEADER, DATA, ERROR, HELLO = 11, 12, 13, 14
 _FIRST_PAUSE, _LONGEST_PAUSE = 2e-5, 2.5e-4
 
 
-def import_mpi():
-    """mpi4py's ``MPI``, or a `PipelineError` saying how to install it."""
+def import_mpi(error=PipelineError):
+    """mpi4py's ``MPI``, or an ``error`` (a `PipelineError` by default) saying how to install it."""
     try:
         from mpi4py import MPI
     except ImportError as exc:
-        raise PipelineError("the MPI pipeline needs mpi4py and an MPI runtime; install them from PyPI with "
+        raise error("running on several processes needs mpi4py and an MPI runtime; install them from PyPI with "
                             "`pip install fxkit[mpi]` (mpi4py and the mpich wheel), then start the script with "
                             "`mpiexec -n K python script.py`") from exc
     return MPI
+
+
+def poll(ready, seconds, on_idle=None, spin=0.0):
+    """Call ``ready()`` until it is true or ``seconds`` have passed; True when it became ready.
+
+    Sleeps between tries, from 20 us growing to 250 us, so a wait costs little
+    CPU on a shared machine yet notices completion quickly. With ``spin``, the
+    first ``spin`` seconds try without pausing, as a blocking MPI call does: a
+    collective in MPI moves on only while this process is inside an MPI call,
+    so a long reduction waited for with sleeps would run at a fraction of its speed.
+    ``on_idle()`` runs between tries (checking for a peer's error message,
+    answering a roll call), at most every 1 ms while spinning, and may raise
+    to end the wait.
+    """
+    start = time.monotonic()
+    deadline = start + seconds
+    spin_until = start + spin
+    pause = _FIRST_PAUSE
+    idle_at = start
+    while not ready():
+        now = time.monotonic()
+        if now < spin_until:
+            if on_idle is not None and now >= idle_at:
+                on_idle()
+                idle_at = now + 1e-3
+            continue  # NOTE: no sleep at all, as a blocking MPI call spins (time.sleep(0) would wait ~50 us)
+        if on_idle is not None:
+            on_idle()
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, _LONGEST_PAUSE)
+    return True
 
 
 def encode(values, j):
@@ -126,21 +168,19 @@ class Channel:
 
     def wait(self, ready, what, peer, on_timeout=None):
         """Poll ``ready()`` until it is true; raise when ``peer`` reported an error or the deadline passed."""
-        deadline = time.monotonic() + self.timeout
-        pause = _FIRST_PAUSE
-        while not ready():
+
+        def idle():
             if self.stopped.is_set():
                 raise PipelineError(f"{self.describe(self.rank)}: stopped waiting for {what}: this rank failed")
             self.check_error(peer)
-            if time.monotonic() > deadline:
-                if on_timeout is not None:
-                    on_timeout()
-                raise PipelineError(
-                    f"{self.describe(self.rank)}: waited {self.timeout:g} s for {what}, which never came: that "
-                    f"rank died, hangs, or runs a different pipeline (every rank must run the same script with "
-                    f"the same arguments, one rank per stage); pass a larger timeout= if its stage is just slow")
-            time.sleep(pause)
-            pause = min(pause * 2, _LONGEST_PAUSE)
+
+        if not poll(ready, self.timeout, idle):
+            if on_timeout is not None:
+                on_timeout()
+            raise PipelineError(
+                f"{self.describe(self.rank)}: waited {self.timeout:g} s for {what}, which never came: that "
+                f"rank died, hangs, or runs a different pipeline (every rank must run the same script with "
+                f"the same arguments, one rank per stage); pass a larger timeout= if its stage is just slow")
 
     def check_error(self, peer):
         """Raise the error ``peer`` reported, if it sent one."""
@@ -171,3 +211,34 @@ def _cancel(requests):
             r.Cancel()
         except Exception:  # noqa: BLE001  (the peer is gone; a request that cannot be cancelled is left)
             pass
+
+
+@contextlib.contextmanager
+def abort_on_error(comm=None, exit_code=1, grace=1.0):
+    """End the whole MPI job when the block raises: print the error, then ``MPI_Abort``.
+
+    A rank that fails cannot just exit: a peer that hangs would keep ``mpiexec``
+    waiting, and ``MPI_Finalize`` may wait on messages to a dead peer.
+
+    Args:
+        comm: the communicator to abort; defaults to ``MPI.COMM_WORLD``.
+        exit_code: the job's exit status.
+        grace: seconds to wait before aborting, so neighbours this rank told
+            of its failure print their own errors first.
+
+    Example:
+        >>> with abort_on_error():
+        ...     out = MPIPipeline(parent, chunks=4)(x)
+    """
+    MPI = import_mpi()
+    comm = comm if comm is not None else MPI.COMM_WORLD
+    try:
+        yield
+    except BaseException as exc:  # noqa: BLE001  (anything that ends this rank ends the job)
+        if isinstance(exc, FxkitError):
+            print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exc()
+            sys.stderr.flush()
+        time.sleep(grace)
+        comm.Abort(exit_code)

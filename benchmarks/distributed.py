@@ -1,0 +1,221 @@
+"""Data-parallel figures of issue 17, in one run (each part under its own ``fxkit launch``).
+
+    python benchmarks/distributed.py            # full run
+    python benchmarks/distributed.py --quick    # fewer repeats and sizes
+
+Figures:
+- all_reduce bandwidth on 2 ranks, fxkit's ``all_reduce`` of a float32 tensor (a non-blocking
+  ``Iallreduce`` polled with a deadline) against a bare mpi4py ``Allreduce`` of the same buffer:
+  bus bandwidth (2 (n-1)/n x bytes / time, NCCL's convention) and the ratio, per size; best of repeats.
+- overlap on 2 ranks: an MLP of 8 Linear(1024, 1024) layers (32 MB of float32 gradients) in buckets
+  of 4 MB (>= 4 buckets). Measured per step: T_bwd, backward alone; T_ar, averaging every gradient
+  after backward (``average_gradients``, the same buckets); T_ddp, DistributedDataParallel's backward,
+  whose all-reduces start during backward. Hidden share = (T_bwd + T_ar - T_ddp) / T_ar.
+  With the progress thread (an MPI-calling thread during backward) and without it (MPI moves on only
+  in DDP's hooks and waits; DDP's choice when there are no more cores than ranks on the machine).
+  Again with each layer's backward also waiting 20 ms off the cpu (``time.sleep``, a stand-in for an
+  accelerator computing while the host is free, as the pipeline benchmark's "sleep" stages): on a
+  machine whose cores are all busy computing, there is no idle cpu for the reduction to hide in.
+- step time of the digits Net (forward, backward, SGD) at a global batch of 64 on 1, 2 and 4 ranks.
+  Every rank uses one BLAS thread; with more ranks than cores they share cores (oversubscription).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import fxkit  # noqa: E402
+import fxkit.distributed as dist  # noqa: E402
+import fxkit.nn.functional as F  # noqa: E402
+from fxkit import nn  # noqa: E402
+
+WIDTH, LAYERS, BATCH = 1024, 8, 64
+
+
+def best(fn, repeats):
+    return best_of({"fn": fn}, repeats)["fn"]
+
+
+def best_of(fns, repeats):
+    """``{name: least seconds}`` over ``repeats`` rounds in which the functions take turns (so load from
+    other processes on a shared machine hits them alike), each call started together on every rank."""
+    least = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            dist.barrier()
+            tick = time.perf_counter()
+            fn()
+            least[name] = min(least[name], time.perf_counter() - tick)
+    return least
+
+
+def bandwidth(args):
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD.Dup()
+    n = dist.get_world_size()
+    sizes = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 22] if args.quick else [2 ** 10, 2 ** 14, 2 ** 18, 2 ** 20, 2 ** 22,
+                                                                       2 ** 24]
+    rows = []
+    for size in sizes:
+        t = fxkit.ones(size)
+        raw = np.ones(size, np.float32)
+        repeats = max(3, min(200, 2 ** 22 // size)) // (3 if args.quick else 1) + 2
+        times = best_of({"ours": lambda: dist.all_reduce(t),
+                         "bare": lambda: comm.Allreduce(MPI.IN_PLACE, raw, MPI.SUM)}, repeats)
+        ours, bare = times["ours"], times["bare"]
+        bus = 2 * (n - 1) / n * size * 4
+        rows.append({"bytes": size * 4, "fxkit_GBps": bus / ours / 1e9, "mpi4py_GBps": bus / bare / 1e9,
+                     "ratio": bare / ours})
+    return rows
+
+
+class MLP(nn.Module):
+    """``LAYERS`` Linear+ReLU layers; with ``device_seconds`` each layer's backward also waits that long
+    without using the cpu (a stand-in for an accelerator computing while the host is free)."""
+
+    def __init__(self, device_seconds=0.0):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+        self.device_seconds = device_seconds
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x).relu()
+            if self.device_seconds and x.requires_grad:
+                x.register_hook(lambda g: time.sleep(self.device_seconds))
+        return x
+
+
+def overlap(args):
+    fxkit.manual_seed(0)
+    model = MLP(args.device_ms / 1e3)
+    ddp = dist.DistributedDataParallel(model, bucket_cap_mb=4)
+    ddp.reducer.use_progress_thread = True
+    hooks_only = dist.DistributedDataParallel(model, bucket_cap_mb=4)
+    hooks_only.reducer.use_progress_thread = False
+    x = fxkit.randn(BATCH, WIDTH)
+    repeats = 5 if args.quick else 15
+
+    def backward_alone():
+        model.zero_grad()
+        y = model(x)
+        (y * y).mean().backward()
+
+    def after():
+        backward_alone()
+        dist.average_gradients([p.grad for p in model.parameters()], cap_bytes=4 * 2 ** 20)
+
+    def overlapped():
+        model.zero_grad()
+        y = ddp(x)
+        (y * y).mean().backward()
+
+    def overlapped_hooks_only():
+        model.zero_grad()
+        y = hooks_only(x)
+        (y * y).mean().backward()
+
+    def forward_only():
+        with fxkit.no_grad():
+            model(x)
+
+    for fn in (backward_alone, after, overlapped, overlapped_hooks_only):
+        fn()  # warm-up
+    times = best_of({"fwd": forward_only, "bwd": backward_alone, "after": after, "ddp": overlapped,
+                     "hooks": overlapped_hooks_only}, repeats)
+    t_fwd = times["fwd"]
+    t_bwd, t_after = times["bwd"] - t_fwd, times["after"] - t_fwd
+    t_ddp, t_hooks = times["ddp"] - t_fwd, times["hooks"] - t_fwd
+    t_ar = t_after - t_bwd
+    hidden = (lambda t: (t_bwd + t_ar - t) / t_ar if t_ar > 0 else float("nan"))
+    return {"buckets": ddp.reducer.bucket_count, "backward_ms": 1e3 * t_bwd, "allreduce_ms": 1e3 * t_ar,
+            "after_ms": 1e3 * t_after, "ddp_ms": 1e3 * t_ddp, "hidden": hidden(t_ddp),
+            "hooks_ms": 1e3 * t_hooks, "hidden_hooks": hidden(t_hooks)}
+
+
+def steps(args):
+    import fxkit.models
+
+    n = dist.get_world_size()
+    fxkit.manual_seed(0)
+    model = dist.DistributedDataParallel(fxkit.models.DigitsNet())
+    opt = fxkit.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = fxkit.randn(BATCH // n, 1, 8, 8), fxkit.from_numpy(np.random.default_rng(0).integers(0, 10, BATCH // n))
+
+    def step():
+        opt.zero_grad()
+        F.nll_loss(model(x), y).backward()
+        opt.step()
+
+    step()
+    count = 10 if args.quick else 40
+    return {"ranks": n, "step_ms": 1e3 * best(step, count)}
+
+
+def worker(args):
+    dist.init_process_group("mpi", timeout=300)
+    result = {"bandwidth": bandwidth, "overlap": overlap, "steps": steps}[args.worker](args)
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+def run(n, part, quick, *more):
+    from fxkit.distributed.launch import command
+
+    extra = ["--worker", part, *more] + (["--quick"] if quick else [])
+    job = subprocess.run(command(n, __file__, extra), capture_output=True, text=True, timeout=900)
+    lines = [line for line in job.stdout.splitlines() if line.startswith("RESULT ")]
+    if job.returncode != 0 or not lines:
+        raise SystemExit(f"{part} on {n} ranks failed:\n{job.stdout[-2000:]}\n{job.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--worker", choices=("bandwidth", "overlap", "steps"))
+    parser.add_argument("--device-ms", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        with dist.abort_on_error():
+            worker(args)
+        return
+    cores = os.cpu_count()
+    print(f"{cores} cores, one BLAS thread per rank\n")
+    print("all_reduce bandwidth, 2 ranks (bus GB/s; ratio = fxkit / bare mpi4py Allreduce)")
+    print(f"{'bytes':>12} {'fxkit':>9} {'mpi4py':>9} {'ratio':>7}")
+    for row in run(2, "bandwidth", args.quick):
+        print(f"{row['bytes']:>12,} {row['fxkit_GBps']:>9.2f} {row['mpi4py_GBps']:>9.2f} {row['ratio']:>7.1%}")
+    for device_ms in (0, 20):
+        o = run(2, "overlap", args.quick, "--device-ms", str(device_ms))
+        what = " + a 20 ms off-cpu wait per layer in backward (an accelerator stand-in)" if device_ms else ""
+        print(f"\noverlap, 2 ranks, MLP {LAYERS} x Linear({WIDTH}, {WIDTH}){what}, batch {BATCH}, "
+              f"{o['buckets']} buckets of 4 MB")
+        print(f"  backward alone {o['backward_ms']:.1f} ms; all-reduce after backward {o['allreduce_ms']:.1f} ms "
+              f"(backward + all-reduce {o['after_ms']:.1f} ms)")
+        print(f"  DDP backward with bucketed all-reduces and a progress thread {o['ddp_ms']:.1f} ms: "
+              f"{o['hidden']:.0%} of the all-reduce time hidden behind backward")
+        print(f"  the same without the progress thread (MPI progresses only in hooks and waits) "
+              f"{o['hooks_ms']:.1f} ms: {o['hidden_hooks']:.0%} hidden")
+    print(f"\ndigits Net step time, global batch {BATCH}")
+    base = None
+    for n in (1, 2, 4):
+        s = run(n, "steps", args.quick)
+        base = base or s["step_ms"]
+        note = f"  ({n} ranks on {cores} cores: oversubscribed)" if n > cores else ""
+        print(f"  {n} rank{'s' if n > 1 else ' '}: {s['step_ms']:6.2f} ms/step, speed-up {base / s['step_ms']:.2f}x{note}")
+
+
+if __name__ == "__main__":
+    main()

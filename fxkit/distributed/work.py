@@ -1,0 +1,131 @@
+"""`Work`: the handle of a collective started with ``async_op=True``.
+
+It wraps the MPI request of a non-blocking collective (``Iallreduce``,
+``Ibcast``, ...) and what is left to do once the data arrived: dividing for
+an average, copying into a non-contiguous or device tensor, splitting a
+gathered buffer into the caller's tensors. ``wait()`` polls the request with
+the group's deadline (`fxkit.distributed.transport.poll`), answering roll
+calls between polls; past the deadline it runs the roll call that names the
+lost rank (`ProcessGroup.roll_call`).
+"""
+import atexit
+import threading
+import weakref
+
+from fxkit.distributed.transport import poll
+from fxkit.errors import DistributedError
+
+
+# A wait drives MPI's progress at full speed this long before it backs off to sleeping between tests.
+SPIN_SECONDS = 0.05
+
+
+class Work:
+    """A collective in flight (``torch.distributed.Work``).
+
+    Example:
+        >>> work = fxkit.distributed.all_reduce(t, async_op=True)
+        >>> ...                      # compute while the reduction runs
+        >>> work.wait()              # t now holds the sum over every rank
+    """
+
+    def __init__(self, group, request, what, finish=None, keep=()):
+        self._group = group
+        self._request = request
+        self._what = what
+        self._finish = finish
+        self._keep = keep  # NOTE: the buffers MPI reads and writes must live until the request completes
+        self._done = False
+
+    def is_completed(self):
+        """Whether the collective finished (progresses it; never blocks)."""
+        if not self._done and self._test():
+            self._complete()
+        return self._done
+
+    def wait(self, timeout=None):
+        """Block until the collective finished and its results are in place; returns True.
+
+        Args:
+            timeout: seconds; the group's timeout by default.
+
+        Raises:
+            DistributedError: a peer did not join in time (the message names it), or
+                another rank reported such a failure.
+        """
+        if self._done:
+            return True
+        group = self._group
+        group.waiting_on = self._what
+        try:
+            if not poll(self._test, group.timeout if timeout is None else timeout, group.answer_roll_calls,
+                        spin=SPIN_SECONDS):
+                group.roll_call(self._what)
+        finally:
+            group.waiting_on = None
+        self._complete()
+        return True
+
+    def _test(self):
+        try:
+            return self._request.Test()
+        except self._group.MPI.Exception as exc:
+            raise DistributedError(f"rank {self._group.world_rank()}: {self._what} failed in MPI: "
+                                   f"{exc.Get_error_string()}; a peer probably died") from None
+
+    def _complete(self):
+        self._done = True
+        if self._finish is not None:
+            self._finish()
+        self._keep = self._finish = None
+
+    def __repr__(self):
+        return f"Work({self._what}, completed={self._done})"
+
+
+class Progress:
+    """A thread that enters MPI every ``interval`` seconds while started, so collectives move on meanwhile.
+
+    MPI advances a non-blocking collective only inside MPI calls of this
+    process; while backward computes (numpy releases the GIL in its kernels),
+    this thread's ``Iprobe`` calls keep the bucket all-reduces going, which is
+    what lets them hide behind the backward. It probes a communicator of its
+    own (MPI allows calls from several threads; mpi4py asks for
+    ``MPI_THREAD_MULTIPLE``), never the requests the main thread tests.
+    """
+
+    def __init__(self, group, interval=1e-4):
+        self.MPI = group.MPI
+        self.comm = group.comm.Dup()  # NOTE: collective: every member builds its Progress at the same point
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = None
+
+    def start(self):
+        if self._thread is None and self.MPI.Query_thread() == self.MPI.THREAD_MULTIPLE:
+            _RUNNING.add(self)
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="fxkit-mpi-progress", daemon=True)
+            self._thread.start()
+
+    def stop(self):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        _RUNNING.discard(self)
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            self.comm.Iprobe(source=self.MPI.ANY_SOURCE, tag=0)
+
+
+_RUNNING = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_progress_threads():
+    # NOTE: registered after mpi4py's exit hook, so it runs first: no thread may call MPI during MPI_Finalize
+    # (a backward that raised leaves its progress thread running).
+    for progress in list(_RUNNING):
+        progress.stop()

@@ -1,0 +1,33 @@
+"""DistributedDataParallel over 2 and 4 ranks for 20 steps equals one process on the concatenated global
+batch (float64 within 1e-10, float32 within 1e-6 relative), with plain backward, no_sync() accumulation,
+an unused parameter, and gradients from a compiled fxkit.transforms.grad graph; a rank that hangs in
+backward ends every other rank with an error naming it."""
+import pytest
+
+from tests.distributed.mpirun import HERE, STARTUP_SECONDS, mpirun, needs_mpi, output
+
+WORKER = HERE / "ddp_worker.py"
+
+
+@needs_mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("n,mode,dtype", [
+    (2, "plain", "float64"), (2, "no_sync", "float32"), (2, "unused", "float64"), (2, "graph", "float64"),
+    (4, "plain", "float32"), (4, "no_sync", "float64"),
+])
+def test_ddp_equals_one_process_on_the_global_batch(n, mode, dtype):
+    result, _ = mpirun(n, WORKER, "--mode", mode, "--dtype", dtype)
+    assert result.returncode == 0, output(result)
+    for rank in range(n):
+        assert f"rank {rank}: {mode} {dtype} 20 steps on {n} ranks, 4 buckets, equals one process" in result.stdout
+
+
+@needs_mpi
+@pytest.mark.slow
+def test_a_rank_hanging_in_backward_is_named_by_every_other_rank():
+    result, seconds = mpirun(3, WORKER, "--timeout", "5", "--fail-rank", "1", "--fail-mode", "hang")
+    assert result.returncode != 0
+    assert "rank 1: injected fault (hang) in backward of step 3" in result.stdout
+    named = "did not complete within 5 s: rank 1 never joined it and does not answer: it died, hangs"
+    assert result.stderr.count(named) == 2, output(result)  # ranks 0 and 2
+    assert seconds < STARTUP_SECONDS
