@@ -2,7 +2,8 @@
 import fxkit.runtime  # noqa: F401  (registers every op, installs Tensor methods)
 from fxkit import ops
 from fxkit.errors import (AutogradError, DeviceError, DTypeError, FxkitError, GraphError, IndexOutOfRangeError,
-                          LoweringError, ResourceLimitError, ShapeError, TraceError, ValueRangeError)
+                          LoweringError, ResourceLimitError, ShapeError, SpecializationError, TraceError,
+                          ValueRangeError)
 from fxkit.ops import *  # noqa: F401,F403  (fxkit.<op name>)
 import fxkit.nn as nn  # noqa: E402  (fxkit.nn, like torch.nn)
 import fxkit.optim as optim  # noqa: E402  (fxkit.optim, like torch.optim)

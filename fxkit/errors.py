@@ -96,3 +96,13 @@ class MissingToolError(FxkitError, RuntimeError):
 class ResourceLimitError(FxkitError, MemoryError):
     """A file or an argument that would make fxkit allocate more than it allows (a saved
     module or ONNX file far larger in memory than on disk); the message says how to allow more."""
+
+
+class SpecializationError(FxkitError, AssertionError):
+    """A graph traced with ``concrete_args`` was called with another value for a specialised
+    argument. An ``AssertionError`` as well, since torch.fx's guard (``torch._assert``) raises one."""
+
+
+class PassError(FxkitError, TypeError):
+    """A pass or a check that does not fit the `PassManager` (a check taking other arguments
+    than the module, a pass returning something that is no module)."""

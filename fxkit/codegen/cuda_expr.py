@@ -47,9 +47,10 @@ SCALAR_DTYPES = {bool: "bool", int: "int64", float: "float64"}
 """Python scalar type of a kernel argument -> the dtype it is passed as (``bool``, ``long long``, ``double``)."""
 
 # C operator precedence, higher binds tighter.
-PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BXOR, BOR, LAND, LOR, COND = 16, 15, 13, 12, 10, 9, 8, 7, 6, 5, 4, 3
+PRIMARY, UNARY, MUL, ADD, SHIFT, REL, EQ, BAND, BXOR, BOR, LAND, LOR, COND = 16, 15, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3
 _BINARY = {ast.Add: ("+", ADD), ast.Sub: ("-", ADD), ast.Mult: ("*", MUL), ast.Div: ("/", MUL),
-           ast.BitAnd: ("&", BAND), ast.BitOr: ("|", BOR), ast.BitXor: ("^", BXOR)}
+           ast.BitAnd: ("&", BAND), ast.BitOr: ("|", BOR), ast.BitXor: ("^", BXOR),
+           ast.LShift: ("<<", SHIFT), ast.RShift: (">>", SHIFT)}
 _HELPER_OPERATORS = {ast.FloorDiv: "floor_divide", ast.Mod: "remainder", ast.Pow: "pow"}
 _COMPARE = {ast.Eq: ("==", EQ), ast.NotEq: ("!=", EQ), ast.Lt: ("<", REL), ast.LtE: ("<=", REL),
             ast.Gt: (">", REL), ast.GtE: (">=", REL)}

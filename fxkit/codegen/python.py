@@ -39,7 +39,8 @@ _LOAD = ast.Load()
 _STORE = ast.Store()
 _BINARY = {"__add__": ast.Add, "__sub__": ast.Sub, "__mul__": ast.Mult, "__truediv__": ast.Div,
            "__floordiv__": ast.FloorDiv, "__mod__": ast.Mod, "__pow__": ast.Pow,
-           "__matmul__": ast.MatMult, "__and__": ast.BitAnd, "__or__": ast.BitOr, "__xor__": ast.BitXor}
+           "__matmul__": ast.MatMult, "__and__": ast.BitAnd, "__or__": ast.BitOr, "__xor__": ast.BitXor,
+           "__lshift__": ast.LShift, "__rshift__": ast.RShift}
 _COMPARE = {"__eq__": ast.Eq, "__ne__": ast.NotEq, "__lt__": ast.Lt, "__le__": ast.LtE,
             "__gt__": ast.Gt, "__ge__": ast.GtE}
 _UNARY = {"__neg__": ast.USub, "__invert__": ast.Invert}  # abs() is a builtin a node may shadow
@@ -66,6 +67,7 @@ _NUMBERS = (int, float)
 _MAX_LITERAL_BITS = 13_000
 _MAX_DEPTH = 64
 _CONTAINERS = frozenset({tuple, list, dict, slice})
+_CONTAINER_TYPES = (tuple, list, dict, slice)  # with subclasses: namedtuples, a node's immutable lists
 _LITERALS = frozenset({bool, str, bytes, type(None), type(Ellipsis)})
 
 
@@ -324,7 +326,7 @@ class _Emitter:
             return self.global_name(value, "_int")
         if kind in _NUMBERS or kind in _LITERALS:
             return self.constant(value)
-        if kind in _CONTAINERS:
+        if kind in _CONTAINERS or isinstance(value, (list, dict)):  # node arguments hold list/dict subclasses
             self.depth += 1
             try:
                 if self.depth > _MAX_DEPTH:
@@ -343,21 +345,21 @@ class _Emitter:
                 raise GraphError(f"a node argument nests %{self.names[id(item)]} more than {_MAX_DEPTH} "
                                  f"containers deep, which generated code cannot spell; flatten the argument")
             kind = type(item)
-            if kind is dict:
+            if isinstance(item, dict):
                 stack.extend(item.keys())
                 stack.extend(item.values())
             elif kind is slice:
                 stack.extend((item.start, item.stop, item.step))
-            elif kind in _CONTAINERS or isinstance(item, tuple):
+            elif kind in _CONTAINERS or isinstance(item, (tuple, list)):
                 stack.extend(item)
         return self.global_name(value, "_nested")
 
     def container(self, kind, value):
         if kind is tuple:
             return ast.Tuple([self.expr(v) for v in value], _LOAD, **self.pos)
-        if kind is list:
+        if isinstance(value, list):  # node arguments hold list subclasses (fxkit.graph.immutable)
             return ast.List([self.expr(v) for v in value], _LOAD, **self.pos)
-        if kind is dict:
+        if isinstance(value, dict):
             return ast.Dict([self.expr(k) for k in value], [self.expr(v) for v in value.values()], **self.pos)
         if kind is slice:
             parts = [self.expr(value.start), self.expr(value.stop), self.expr(value.step)]
@@ -441,7 +443,7 @@ def _input_ids(node, names):
     for value in node.args:
         if id(value) in names:
             found.append(id(value))
-        elif type(value) in _CONTAINERS or isinstance(value, tuple):
+        elif isinstance(value, _CONTAINER_TYPES):
             _nested_ids(value, names, found)
     kwargs = node.kwargs
     if kwargs:
@@ -450,13 +452,12 @@ def _input_ids(node, names):
 
 
 def _nested_ids(value, names, found):
-    kind = type(value)
-    if kind is dict:
+    if isinstance(value, dict):
         value = value.values()
-    elif kind is slice:
+    elif type(value) is slice:
         value = (value.start, value.stop, value.step)
     for item in value:
         if id(item) in names:
             found.append(id(item))
-        elif type(item) in _CONTAINERS or isinstance(item, tuple):
+        elif isinstance(item, _CONTAINER_TYPES):
             _nested_ids(item, names, found)

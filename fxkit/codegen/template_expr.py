@@ -48,9 +48,11 @@ def value_metas(graph, args):
 
 
 def _resolve(value, env):
-    if type(value) in (tuple, list):
-        return type(value)(_resolve(v, env) for v in value)
-    if type(value) is dict:
+    if type(value) is tuple:
+        return tuple(_resolve(v, env) for v in value)
+    if isinstance(value, list):  # a node's lists are list subclasses that refuse edits
+        return [_resolve(v, env) for v in value]
+    if isinstance(value, dict):
         return {k: _resolve(v, env) for k, v in value.items()}
     return env[value] if is_node(value) else value
 

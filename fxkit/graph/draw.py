@@ -174,11 +174,11 @@ class _Drawing:
         if value in self.picks:
             fused, index = self.picks[value]
             results = called_graph(fused).output_node().args[0]
-            return self._body_source(fused, results[index] if type(results) in (tuple, list) else results)
+            return self._body_source(fused, results[index] if isinstance(results, (tuple, list)) else results)
         body = called_graph(value)
         if body is not None:
             results = body.output_node().args[0]
-            single = results[-1] if type(results) in (tuple, list) else results
+            single = results[-1] if isinstance(results, (tuple, list)) else results
             return self._body_source(value, single)
         return value.name
 

@@ -17,6 +17,7 @@ Example:
         return %relu
 """
 import copy as _copy
+import re
 
 from fxkit.codegen.namespace import Namespace
 from fxkit.codegen.python import generate_forward
@@ -174,15 +175,20 @@ class Graph:
             env[node] = new.node_copy(node, env.__getitem__)
         return new
 
-    def eliminate_dead_code(self):
+    def eliminate_dead_code(self, is_impure_node=None):
         """Erase nodes nobody uses, keeping placeholders, the output and impure calls.
+
+        Args:
+            is_impure_node: ``fn(node) -> bool`` deciding which nodes must stay
+                even when unused, in place of `Node.is_impure` (as torch.fx's).
 
         Returns:
             True when something was erased.
         """
+        impure = is_impure_node if is_impure_node is not None else Node.is_impure
         changed = False
         for node in reversed(self.nodes):
-            if not node.users and not node.is_impure():
+            if not node.users and node.op not in ("placeholder", "output") and not impure(node):
                 self.erase_node(node)
                 changed = True
         return changed
@@ -206,7 +212,15 @@ class Graph:
 
     # -- queries -----------------------------------------------------------------
     def find_nodes(self, op=None, target=None):
-        """The nodes with the given opcode and/or target, in order."""
+        """The nodes with the given opcode and/or target, in order.
+
+        Raises:
+            GraphError: ``op`` is no opcode (``call_function``, ``call_module`` and
+                ``call_method`` are all ``call`` in fxkit).
+        """
+        if op is not None and op not in OPCODES:
+            raise GraphError(f"find_nodes: {op!r} is no opcode; the four are {', '.join(OPCODES)} "
+                             f"(torch.fx's call_function, call_method and call_module are all 'call')")
         found = []
         for node in self.nodes:
             if op is not None and node._op != op:
@@ -358,11 +372,21 @@ class _InsertPoint:
         return False
 
 
+_CAMEL_HUMP = re.compile(r"(?<=[a-z])([A-Z])")
+
+
+def snake_case(name):
+    """``activations.PascalCase`` -> ``activations.pascal_case`` (torch.fx's ``_snake_case``)."""
+    return _CAMEL_HUMP.sub(r"_\1", name).lower()
+
+
 def _candidate_name(op, target):
     if op == "output":
         return "output"
     if type(target) is str:
-        return target
+        # NOTE: a placeholder keeps its argument's spelling; submodule and attribute paths are
+        # snake-cased as torch.fx names them (``self.activations.PascalCase`` -> activations_pascal_case).
+        return target if op == "placeholder" else snake_case(target)
     if isinstance(target, Op):
         return target.name
     return getattr(target, "__name__", None) or type(target).__name__

@@ -25,6 +25,7 @@ from fxkit.graph.display import module_html
 from fxkit.graph.draw import to_svg
 from fxkit.graph.graph import Graph
 from fxkit.graph.printer import format_type
+from fxkit.graph.to_folder import write_folder
 from fxkit.runtime.nn.module import Module
 
 _FILE_NUMBERS = itertools.count()
@@ -181,6 +182,16 @@ class GraphModule(Module):
                 nested = child._readable(name if name.isidentifier() else type(child).__name__)
                 out += [""] + ["    " + line for line in nested.split("\n")]
         return "\n".join(out)
+
+    def to_folder(self, folder, module_name="FxModule"):
+        """Write this module as an importable package (torch.fx's ``to_folder``).
+
+        ``folder/module.py`` holds class ``module_name`` (submodules rebuilt from
+        their constructor arguments, the generated ``forward``), ``folder/state_dict.npz``
+        the weights; ``from folder import FxModule; FxModule()(x)`` equals ``gm(x)``.
+        See `fxkit.graph.to_folder` for what can be written.
+        """
+        write_folder(self, folder, module_name)
 
     # -- submodules ----------------------------------------------------------------------
     def add_submodule(self, target, module):

@@ -8,7 +8,7 @@ the graph belongs to a module), and anything but exactly one output.
 """
 from fxkit.codegen.namespace import RESERVED, is_plain_identifier
 from fxkit.errors import GraphError, format_error
-from fxkit.graph.node import OPCODES
+from fxkit.graph.node import OPCODES, map_arg
 from fxkit.runtime.op import Op
 
 
@@ -30,7 +30,11 @@ def lint(graph):
             _fail(node, f"has the name {node.name!r}, which is no valid Python identifier",
                   "rename it with node.name = ... (the graph makes it valid)")
         names[node.name] = node
-        for used in node.all_input_nodes:
+        # NOTE: walk the arguments themselves, not the cached set of inputs: a container
+        # changed behind the node's back (list.append(node.args[0], x)) shows up here.
+        read = {}
+        map_arg((node.args, node.kwargs), lambda n: read.setdefault(n))
+        for used in read:
             if used._erased:
                 _fail(node, f"uses %{used.name}, which was erased", "replace the use before erasing the node")
             if used.graph is not graph:
@@ -38,8 +42,12 @@ def lint(graph):
             if used not in seen:
                 _fail(node, f"uses %{used.name} before it is defined",
                       f"insert %{node.name} after %{used.name} (graph.inserting_after)")
-            if node not in used.users:
+            if node not in used.users or used not in node._inputs:
                 _fail(node, f"reads %{used.name} but is missing from its users",
+                      "edit args through node.args / node.update_arg, which keep users in step")
+        for used in node._inputs:
+            if used not in read:
+                _fail(node, f"lists %{used.name} as an input, but its arguments do not read it",
                       "edit args through node.args / node.update_arg, which keep users in step")
         for user in node.users:
             if user._erased or node not in user._inputs:

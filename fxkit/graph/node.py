@@ -3,10 +3,13 @@
 A node's ``args``/``kwargs`` hold other nodes wherever the operation reads a
 value the graph computes (any nesting of tuples, lists, dicts and slices) and
 plain constants elsewhere. Assigning ``args``/``kwargs`` keeps every input's
-``users`` up to date, so ``users`` can always be trusted by passes.
+``users`` up to date, so ``users`` can always be trusted by passes; the lists
+and dicts inside are stored immutable (`fxkit.graph.immutable`), so no edit
+can slip past that bookkeeping.
 """
 from typing import NamedTuple
 
+from fxkit.graph.immutable import ImmutableDict, ImmutableList, freeze
 from fxkit.runtime.op import Op
 
 OPCODES = ("placeholder", "get_attr", "call", "output")
@@ -62,7 +65,7 @@ class Node:
         self._prev = self._next = self
         self._inputs = {}
         self._args = ()
-        self._kwargs = {}
+        self._kwargs = ImmutableDict()
         self._set_arguments(tuple(args), dict(kwargs) if kwargs else {})
 
     # -- fields whose change invalidates generated code --------------------------
@@ -98,7 +101,7 @@ class Node:
 
     @property
     def args(self):
-        """The positional arguments (a tuple); assigning updates ``users``."""
+        """The positional arguments (a tuple, its lists immutable); assigning updates ``users``."""
         return self._args
 
     @args.setter
@@ -107,7 +110,7 @@ class Node:
 
     @property
     def kwargs(self):
-        """The keyword arguments (a dict); assigning updates ``users``."""
+        """The keyword arguments (an immutable dict); assigning updates ``users``."""
         return self._kwargs
 
     @kwargs.setter
@@ -115,6 +118,8 @@ class Node:
         self._set_arguments(self._args, dict(value))
 
     def _set_arguments(self, args, kwargs):
+        args = freeze(args)
+        kwargs = freeze(kwargs)
         for old in self._inputs:
             old.users.pop(self, None)
         inputs = {}
@@ -150,6 +155,19 @@ class Node:
     def all_input_nodes(self):
         """The nodes this node reads, in order of first appearance in args, kwargs."""
         return list(self._inputs)
+
+    @property
+    def tag(self):
+        """The node's tag (``meta["tag"]``), read by `fxkit.transforms.split_by_tags`; None when untagged.
+
+        torch.fx code sets ``node.tag = "..."`` as a free attribute; fxkit nodes keep
+        such annotations in ``meta``, which every pass carries over.
+        """
+        return self.meta.get("tag")
+
+    @tag.setter
+    def tag(self, value):
+        self.meta["tag"] = value
 
     @property
     def stack(self):
@@ -254,13 +272,17 @@ class Node:
 
 # -- nested arguments ---------------------------------------------------------------
 def map_aggregate(value, fn):
-    """Apply ``fn`` to every leaf of nested tuples, lists, dicts and slices."""
+    """Apply ``fn`` to every leaf of nested tuples, lists, dicts and slices.
+
+    A node's immutable lists and dicts come back as plain ones: the result is
+    a new value (runtime arguments, or the arguments of a new node, frozen then).
+    """
     kind = type(value)
     if kind is tuple:
         return tuple(map_aggregate(v, fn) for v in value)
-    if kind is list:
+    if kind is list or kind is ImmutableList:
         return [map_aggregate(v, fn) for v in value]
-    if kind is dict:
+    if kind is dict or kind is ImmutableDict:
         return {k: map_aggregate(v, fn) for k, v in value.items()}
     if kind is slice:
         return slice(map_aggregate(value.start, fn), map_aggregate(value.stop, fn), map_aggregate(value.step, fn))
@@ -278,10 +300,10 @@ def _collect_nodes(value, found):
     kind = type(value)
     if kind is Node:
         found[value] = None
-    elif kind is tuple or kind is list:
+    elif kind is tuple or kind is list or kind is ImmutableList:
         for v in value:
             _collect_nodes(v, found)
-    elif kind is dict:
+    elif kind is dict or kind is ImmutableDict:
         for v in value.values():
             _collect_nodes(v, found)
     elif kind is slice:
@@ -310,9 +332,9 @@ def format_arg(value, depth=0):
     if kind is tuple:
         inner = ", ".join(format_arg(v, depth) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
-    if kind is list:
+    if kind is list or kind is ImmutableList:
         return "[" + ", ".join(format_arg(v, depth) for v in value) + "]"
-    if kind is dict:
+    if kind is dict or kind is ImmutableDict:
         return "{" + ", ".join(f"{format_arg(k, depth)}: {format_arg(v, depth)}" for k, v in value.items()) + "}"
     if kind is slice:
         return (f"slice({format_arg(value.start, depth)}, {format_arg(value.stop, depth)}, "

@@ -40,8 +40,11 @@ PROMOTIONS = (None, "common", "float", "compare", "bool", "keep", "integer")
 
 _ACTIVE = tracing_hook.ACTIVE
 _find_proxy = tracing_hook.find_proxy
+_ProxyBase = tracing_hook.ProxyBase
+_EDITING = tracing_hook.EDITING
 _GRAD = _grad_mode.ENABLED
 _SCALARS = (int, float, bool)
+_MAY_HOLD_PROXY = frozenset({list, tuple, dict, slice})  # containers `run` scans for a proxy outside a trace
 _FLOAT_CATEGORY = 2
 _new = object.__new__
 # What numpy/cupy (and plain Python inside an impl) raise on inputs an op cannot take:
@@ -235,11 +238,19 @@ class Op:
                     unwrapped.append(t._data)
                 raw.append(unwrapped)
             else:
+                if _EDITING[0] and (type(a) in _MAY_HOLD_PROXY or isinstance(a, _ProxyBase)):
+                    proxy = _find_proxy((a,), {})
+                    if proxy is not None:  # outside any trace: graph editing with Proxy(node)
+                        return proxy.tracer.record_op(self, args, kwargs)
                 raw.append(a)
         original_kwargs = kwargs
         if kwargs:
             kwargs = dict(kwargs)
             for k, v in kwargs.items():
+                if _EDITING[0] and (type(v) in _MAY_HOLD_PROXY or isinstance(v, _ProxyBase)):
+                    proxy = _find_proxy((v,), {})
+                    if proxy is not None:
+                        return proxy.tracer.record_op(self, args, original_kwargs)
                 if isinstance(v, Tensor):
                     if device is None:
                         device = v.device

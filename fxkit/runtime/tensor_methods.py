@@ -19,6 +19,8 @@ OPERATORS = {
     "__and__": ("bitwise_and", False), "__rand__": ("bitwise_and", True),
     "__or__": ("bitwise_or", False), "__ror__": ("bitwise_or", True),
     "__xor__": ("bitwise_xor", False), "__rxor__": ("bitwise_xor", True),
+    "__lshift__": ("bitwise_left_shift", False), "__rlshift__": ("bitwise_left_shift", True),
+    "__rshift__": ("bitwise_right_shift", False), "__rrshift__": ("bitwise_right_shift", True),
     "__eq__": ("eq", False), "__ne__": ("ne", False),
     "__lt__": ("lt", False), "__le__": ("le", False),
     "__gt__": ("gt", False), "__ge__": ("ge", False),
@@ -29,7 +31,7 @@ INPLACE_OPERATORS = {
     "__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div",
     "__ifloordiv__": "floor_divide", "__imod__": "remainder", "__ipow__": "pow",
     "__imatmul__": "matmul", "__iand__": "bitwise_and", "__ior__": "bitwise_or",
-    "__ixor__": "bitwise_xor",
+    "__ixor__": "bitwise_xor", "__ilshift__": "bitwise_left_shift", "__irshift__": "bitwise_right_shift",
 }
 
 # Ops that are no elementwise op but have PyTorch's in-place method (``x.scatter_(...)``).

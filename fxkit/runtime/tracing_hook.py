@@ -7,6 +7,10 @@ A tracer pushes itself on `ACTIVE` while it traces; its proxies subclass
 """
 
 ACTIVE = []
+EDITING = [0]
+"""How many graph-editing recorders are alive (``Proxy(node)`` used outside a trace, torch.fx's
+"graph editing with proxies"). `Op.run` looks for proxies among its arguments only while this is
+non-zero, so eager calls pay one read when nobody edits a graph that way."""
 
 
 class ProxyBase:

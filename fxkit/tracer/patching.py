@@ -3,13 +3,15 @@
 ``Module.__call__`` records leaf modules as one ``call`` node each,
 ``Module.__getattr__`` turns parameters and buffers into ``get_attr`` proxies,
 ``Module.__setattr__`` refuses to change the traced modules, and the functions
-registered with ``fxkit.wrap("name")`` record themselves. Everything is put
+registered with ``fxkit.wrap("name")`` and the tracer's autowrapped functions
+(`fxkit.tracer.autowrap`) record themselves. Everything is put
 back in ``finally``, also when the trace fails.
 """
 import contextlib
 
 from fxkit.runtime import nn
 from fxkit.runtime.tensor import Tensor
+from fxkit.tracer.autowrap import patch_autowrapped
 from fxkit.tracer.proxy import trace_error
 from fxkit.tracer.wrap import patch_wrapped
 
@@ -51,19 +53,23 @@ def patched(tracer):
                      "(subclass fxkit.Tracer and override is_leaf_module)")
         setattr_(mod, name, value)
 
-    cls.__call__, cls.__getattr__, cls.__setattr__ = module_call, module_getattr, module_setattr
-    try:
-        restore_wrapped = patch_wrapped(tracer)
-        try:
-            yield
-        finally:
-            restore_wrapped()
-    finally:
-        for name, value in saved.items():
-            if value is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, value)
+    with contextlib.ExitStack() as undo:
+        # NOTE: each patch registers its undo as soon as it is made, so a failure while
+        # patching (a wrap of a missing name) leaves nothing patched behind.
+        cls.__call__, cls.__getattr__, cls.__setattr__ = module_call, module_getattr, module_setattr
+        undo.callback(_restore_class, cls, saved)
+        undo.callback(patch_wrapped(tracer))
+        namespaces = [tracer._fn_globals] + [vars(m) for m in tracer._autowrap_modules]
+        undo.callback(patch_autowrapped(tracer, namespaces))
+        yield
+
+
+def _restore_class(cls, saved):
+    for name, value in saved.items():
+        if value is _MISSING:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, value)
 
 
 def _no_attribute(mod, name):

@@ -14,9 +14,10 @@ from bisect import bisect_left
 
 import numpy as np
 
-from fxkit.errors import FxkitError, TraceError, format_error
+from fxkit.errors import FxkitError, GraphError, TraceError, format_error
+from fxkit.graph.node import Node, map_aggregate
 from fxkit.graph.value import NodeValue
-from fxkit.runtime import tensor_methods
+from fxkit.runtime import tensor_methods, tracing_hook
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 from fxkit.tracer.stack import user_location
@@ -29,10 +30,12 @@ WAYS_OUT = ("pass the deciding input as a constant with symbolic_trace(model, co
 _UFUNC_OPS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
               np.floor_divide: "floor_divide", np.remainder: "remainder", np.power: "pow",
               np.matmul: "matmul", np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or",
-              np.bitwise_xor: "bitwise_xor", np.equal: "eq", np.not_equal: "ne", np.less: "lt",
+              np.bitwise_xor: "bitwise_xor", np.left_shift: "bitwise_left_shift",
+              np.right_shift: "bitwise_right_shift", np.equal: "eq", np.not_equal: "ne", np.less: "lt",
               np.less_equal: "le", np.greater: "gt", np.greater_equal: "ge"}
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%",
-            "pow": "**", "matmul": "@", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+            "pow": "**", "matmul": "@", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+            "bitwise_left_shift": "<<", "bitwise_right_shift": ">>"}
 _OPERATOR_OPCODES = ("BINARY_OP", "COMPARE_OP")
 _instructions = weakref.WeakKeyDictionary()  # code -> its instructions (generated code comes and goes)
 
@@ -58,13 +61,31 @@ class Proxy(NodeValue):
     Operators and op methods come from `NodeValue`; this class adds what
     tracing a user's code needs (shape queries, in-place rebinding, errors).
 
+    ``Proxy(node)`` without a tracer is torch.fx's "graph editing with proxies":
+    operations on it record into ``node.graph`` at its insertion point, outside
+    any trace.
+
     Example:
         >>> def f(x):
         ...     return (x + 1).relu()       # x is a Proxy while tracing
         >>> print(fxkit.symbolic_trace(f).graph)
+        >>> with graph.inserting_after(relu):      # editing an existing graph
+        ...     y = (Proxy(relu) * 2).node         # call[mul](%relu, 2)
     """
 
     __slots__ = ()
+
+    def __init__(self, node, tracer=None):
+        if not isinstance(node, Node):
+            raise TraceError(format_error(
+                f"Proxy(node): expected a graph Node, got {type(node).__name__} {node!r:.60}",
+                hint="make proxies of nodes of the graph you edit: fxkit.graph.map_arg(node.args, Proxy)"))
+        if tracer is None:
+            if node._erased:
+                raise GraphError(f"Proxy(%{node.name}): the node was erased from its graph; make the proxy of "
+                                 f"a live node")
+            tracer = GraphAppendingTracer(node.graph)
+        super().__init__(node, tracer)
 
     def __repr__(self):
         return f"Proxy({self.node.name})"
@@ -213,6 +234,52 @@ class Proxy(NodeValue):
                 return get_op(name)(*inputs)
         raise trace_error(f"numpy function np.{ufunc.__name__} received traced value {self.node!r}; "
                           f"use the fxkit op of the same name instead of numpy")
+
+
+class GraphAppendingTracer:
+    """The recorder of proxies made from existing nodes: appends to one graph, traces nothing.
+
+    Args:
+        graph: the graph new nodes go into (at its current insertion point).
+    """
+
+    def __init__(self, graph):
+        self.graph = graph
+        # NOTE: while one lives (its proxies keep it alive), Op.run looks for proxies in its arguments.
+        tracing_hook.EDITING[0] += 1
+        weakref.finalize(self, _stop_editing)
+
+    def record_op(self, op, args, kwargs):
+        """An `Op` was called on such a proxy: add ``call[op]`` to the graph."""
+        return self.create_proxy("call", op, args, kwargs)
+
+    def create_proxy(self, op, target, args, kwargs, name=None):
+        """Add a node reading ``args``/``kwargs`` (proxies become their nodes); its proxy."""
+        node = self.graph.create_node(op, target, self.create_arg(args), self.create_arg(kwargs), name)
+        return Proxy(node, self)
+
+    def create_arg(self, value):
+        """``value`` with proxies replaced by their nodes; refuses nodes of other graphs and tensors."""
+        def node_of(v):
+            if isinstance(v, NodeValue):
+                if v.node.graph is not self.graph:
+                    raise GraphError(
+                        f"graph editing with proxies: %{v.node.name} belongs to another graph than the one "
+                        f"being edited; copy it in with graph.node_copy(node) and make the proxy of the copy")
+                if v.node._erased:
+                    raise GraphError(f"graph editing with proxies: %{v.node.name} was erased; use a live node")
+                return v.node
+            if isinstance(v, Tensor):
+                raise GraphError(
+                    "graph editing with proxies: a tensor constant cannot be added to a graph outside a trace "
+                    "(it would need an attribute of the module); register it with gm.register_buffer(name, t) "
+                    "and read it with Proxy(graph.get_attr(name))")
+            return v
+        return map_aggregate(value, node_of)
+
+
+def _stop_editing():
+    tracing_hook.EDITING[0] -= 1
 
 
 def _install():

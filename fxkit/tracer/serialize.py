@@ -53,7 +53,7 @@ FORMAT = "fxkit.graph_module"
 VERSION = 2
 _READABLE = (1, 2)  # version 1 had no table of call targets
 _MODULE_SLACK = 1 << 20  # what building a module may allocate beyond its weights (small index tables)
-_SAFE_BUILTINS = {"builtins.getattr": getattr}
+_SAFE_BUILTINS = {"builtins.getattr": getattr, "builtins.len": len}
 
 
 def save(gm, path):
@@ -332,11 +332,11 @@ class _Encoder:
             return v
         if t is float:
             return v if math.isfinite(v) else {"$float": repr(v)}
-        if t is list:
+        if t is list or isinstance(v, list):  # a node's ImmutableList
             return [self.value(x) for x in v]
         if t is tuple or t is SourceLocation:
             return {"$tuple" if t is tuple else "$location": [self.value(x) for x in v]}
-        if t is dict:
+        if isinstance(v, dict):
             return {"$dict": [[self.value(k), self.value(x)] for k, x in v.items()]}
         if t is slice:
             return {"$slice": [self.value(v.start), self.value(v.stop), self.value(v.step)]}

@@ -14,6 +14,7 @@ Example:
     >>> gm(x)        # equals model(x)
 """
 import inspect
+import math
 
 import numpy as np
 
@@ -24,9 +25,11 @@ from fxkit.runtime.dtypes import DType
 from fxkit.runtime.device import Device
 from fxkit.runtime.op import Op
 from fxkit.runtime.tensor import Tensor
-from fxkit.runtime.tracing_hook import ACTIVE
+from fxkit.runtime.tracing_hook import ACTIVE, ProxyBase, find_proxy
 from fxkit.tracer.patching import patched
+from fxkit.tracer.autowrap import autowrap_table
 from fxkit.tracer.proxy import Proxy, trace_error
+from fxkit.tracer.specialize import check_specialized, guardable
 from fxkit.tracer.stack import user_location
 
 _ATOMS = (int, float, bool, str, type(None), complex, type(Ellipsis), DType, Device, Op)
@@ -47,7 +50,22 @@ class Tracer:
         >>> graph = KeepBlocks().trace(model)
     """
 
-    def __init__(self):
+    guard_concrete_args = True
+    """Whether ``concrete_args`` get a `check_specialized` guard node (tracers of bodies that
+    are analysed but never run turn it off)."""
+
+    def __init__(self, autowrap_modules=(math,), autowrap_functions=()):
+        """
+        Args:
+            autowrap_modules: modules whose public functions are recorded as one
+                ``call`` node when the traced code calls them on a traced value
+                (``math.sqrt(x.size(0))`` -> ``call[math_sqrt](%size)``), as torch.fx's.
+            autowrap_functions: more functions recorded that way (free functions
+                the traced code reaches as globals), without decorating them.
+        """
+        self._autowrap_modules = tuple(autowrap_modules)
+        self._autowrap_table = autowrap_table(self._autowrap_modules, autowrap_functions)
+        self._fn_globals = {}
         self.graph = None
         self.root = None
         self._module_paths = {}
@@ -107,6 +125,12 @@ class Tracer:
         if t is list:
             return [self.create_arg(v) for v in a]
         if t is dict:
+            for k in a:
+                if isinstance(k, ProxyBase) or find_proxy((k,), {}) is not None:
+                    raise trace_error(f"a traced value is used as a dict key ({k!r}); a graph's dict keys are "
+                                      f"constants, and the key of a traced value is not known while tracing",
+                                      hint="key the dict by a constant (a str or int) and keep the traced value "
+                                           "as the value")
             return {k: self.create_arg(v) for k, v in a.items()}
         if t is slice:
             return slice(self.create_arg(a.start), self.create_arg(a.stop), self.create_arg(a.step))
@@ -165,7 +189,9 @@ class Tracer:
             root: the module whose ``forward`` is traced, or a free function.
             concrete_args: ``{argument name: value}`` of inputs fixed to a constant
                 (flags, ``None`` masks, configuration); the graph keeps a
-                placeholder with that default and specialises on the value.
+                placeholder with that default, specialises on the value and
+                guards it: a call with another value raises `SpecializationError`
+                (`fxkit.tracer.specialize`).
 
         Returns:
             The recorded `Graph`; ``self.root`` is the module it refers to.
@@ -179,6 +205,7 @@ class Tracer:
         else:
             raise TraceError(f"symbolic_trace: expected an fxkit.nn.Module or a function, got {type(root).__name__}")
         self.graph = Graph()
+        self._fn_globals = getattr(fn, "__globals__", {})
         self._index_module_tree()
         self._attr_proxies = {}
         self._arrays = {}
@@ -192,7 +219,7 @@ class Tracer:
                 result = fn(*args, **kwargs)
             finally:
                 ACTIVE.pop()
-        self.graph.output(self.create_arg(result))
+        self.create_node("output", "output", (self.create_arg(result),), {})
         self._arrays = {}
         self._constants = []
         return self.graph
@@ -207,6 +234,13 @@ class Tracer:
                 for key, tensor in table.items():
                     if tensor is not None:
                         tensors.setdefault(id(tensor), prefix + key)
+        for name, module in self.root.named_modules():
+            # A plain tensor attribute (``self.table = fxkit.ones(3)``) is read as get_attr under
+            # its own name, as torch.fx does; parameters and buffers keep precedence.
+            prefix = name + "." if name else ""
+            for key, value in vars(module).items():
+                if isinstance(value, Tensor) and not key.startswith("__"):
+                    tensors.setdefault(id(value), prefix + key)
         self._module_paths, self._tensor_paths = modules, tensors
 
     def _placeholders(self, fn, skip, concrete_args):
@@ -217,22 +251,27 @@ class Tracer:
             raise TraceError(f"symbolic_trace: concrete_args names {sorted(unknown)}, which "
                              f"{fn.__qualname__} does not take (its arguments: {[p.name for p in params]})")
         args, kwargs = [], {}
+        guards = []
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TraceError(f"symbolic_trace: {fn.__qualname__} takes {'*' if p.kind == p.VAR_POSITIONAL else '**'}"
                                  f"{p.name}; give forward named arguments (a nested tuple/dict argument is fine)")
             if p.name in concrete_args:
                 value = concrete_args[p.name]
-                self.graph.placeholder(p.name, default=value)
+                node = self.create_node("placeholder", p.name, (value,), {}, name=p.name)
+                if self.guard_concrete_args and guardable(value):
+                    guards.append((node, value, p.name))
             else:
-                node = (self.graph.placeholder(p.name) if p.default is p.empty
-                        else self.graph.placeholder(p.name, default=p.default))
-                node.meta["stack"] = user_location(0)
+                # NOTE: through create_node, as every node of a trace, so a subclass sees them all.
+                node = self.create_node("placeholder", p.name, () if p.default is p.empty else (p.default,), {},
+                                        name=p.name)
                 value = self.proxy(node)
             if p.kind == p.KEYWORD_ONLY:
                 kwargs[p.name] = value
             else:
                 args.append(value)
+        for node, value, name in guards:  # after every placeholder, as passes expect inputs first
+            self.create_node("call", check_specialized, (node, value, name), {})
         return args, kwargs
 
 

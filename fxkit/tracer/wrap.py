@@ -10,7 +10,10 @@ tensors. Two spellings, as in torch.fx:
 
     fxkit.wrap("clip_rows")       # at a module's top level: that module's global
                                   # ``clip_rows`` is patched while a trace runs
+    fxkit.wrap("len")             # builtins too: ``len(x)`` in that module records
+                                  # ``call[len](%x)``
 """
+import builtins
 import functools
 import sys
 
@@ -22,6 +25,7 @@ IMPURE_FLAG = "_fxkit_impure"
 elimination (`Node.is_impure`) then keeps its calls (``fxkit.wrap(fn, pure=False)``)."""
 
 _BY_NAME = {}  # (id of module globals, function name) -> (module globals, name, pure)
+_ABSENT = object()
 
 
 def wrap(fn_or_name=None, *, pure=True):
@@ -55,6 +59,11 @@ def wrap(fn_or_name=None, *, pure=True):
     if not callable(fn_or_name):
         raise TypeError(f"fxkit.wrap: expected a function or its name, got {type(fn_or_name).__name__}")
     fn = fn_or_name
+    frame = sys._getframe(1)
+    if frame.f_code.co_name == "<module>" and frame.f_globals.get(getattr(fn, "__name__", None)) is fn:
+        # ``fxkit.wrap(fn)`` as a statement at a module's top level (torch.fx's form, the result
+        # unused): the module's global is patched while a trace runs, as for wrap("name").
+        _BY_NAME[id(frame.f_globals), fn.__name__] = (frame.f_globals, fn.__name__, pure)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -78,20 +87,41 @@ def _mark(fn, pure):
 
 
 def patch_wrapped(tracer):
-    """Swap each ``wrap("name")`` global for a recording version; returns the undo."""
+    """Swap each ``wrap("name")`` global for a recording version; returns the undo.
+
+    A name the module lacks is looked up in ``builtins`` (``wrap("len")``,
+    ``wrap("getattr")``): the recorder is then put in the module's globals,
+    where it shadows the builtin until the trace ends. A name found nowhere is
+    a failed wrap: its registration is dropped, whatever was patched already is
+    put back and `TraceError` says so, so it cannot fail every later trace too.
+    """
     undo = []
-    for module_globals, name, pure in _BY_NAME.values():
-        fn = module_globals.get(name)
-        if fn is None or not callable(fn):
-            raise TraceError(f"fxkit.wrap({name!r}): module {module_globals.get('__name__')!r} has no "
-                             f"function {name!r} to wrap")
-        _mark(fn, pure)
-        module_globals[name] = _recording(fn, tracer)
-        undo.append((module_globals, name, fn))
 
     def restore():
         for module_globals, name, fn in reversed(undo):
-            module_globals[name] = fn
+            if fn is _ABSENT:
+                module_globals.pop(name, None)
+            else:
+                module_globals[name] = fn
+
+    for key, (module_globals, name, pure) in list(_BY_NAME.items()):
+        fn = original = module_globals.get(name, _ABSENT)
+        if fn is _ABSENT:
+            fn = getattr(builtins, name, None)
+        if fn is None or not callable(fn):
+            restore()
+            del _BY_NAME[key]
+            raise TraceError(f"fxkit.wrap({name!r}): module {module_globals.get('__name__')!r} has no function "
+                             f"{name!r} and no builtin has that name; the wrap is dropped (fix the name and call "
+                             f"fxkit.wrap again, or decorate the function with @fxkit.wrap)")
+        try:
+            _mark(fn, pure)
+        except TraceError:
+            restore()
+            del _BY_NAME[key]
+            raise
+        module_globals[name] = _recording(fn, tracer)
+        undo.append((module_globals, name, original))
     return restore
 
 

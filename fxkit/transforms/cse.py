@@ -84,9 +84,9 @@ def _canonical(value):
     if kind in _SCALARS or isinstance(value, np.generic):
         # repr tells 0.0 from -0.0 and makes nan equal to nan (numpy scalars too).
         return (kind, repr(value))
-    if kind is tuple or kind is list:
+    if kind is tuple or isinstance(value, list):  # a node's lists are ImmutableLists
         return (kind, tuple(_canonical(v) for v in value))
-    if kind is dict:
+    if isinstance(value, dict):
         return (dict, tuple((k, _canonical(v)) for k, v in value.items()))
     if kind is slice:
         return (slice, _canonical(value.start), _canonical(value.stop), _canonical(value.step))

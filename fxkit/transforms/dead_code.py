@@ -24,26 +24,33 @@ class EliminateDeadCode(Pass):
     Args:
         remove_attributes: also delete submodules, parameters and buffers that
             no remaining node calls or reads.
+        is_impure_node: ``fn(node) -> bool`` deciding which unused nodes must
+            stay, in place of the effects analysis (torch.fx's argument of
+            ``Graph.eliminate_dead_code``).
     """
 
     name = "eliminate_dead_code"
 
-    def __init__(self, remove_attributes=True):
+    def __init__(self, remove_attributes=True, is_impure_node=None):
         self.remove_attributes = remove_attributes
+        self.is_impure_node = is_impure_node
 
     def __call__(self, gm):
         graph = gm.graph
+        custom = self.is_impure_node
         for node in reversed(graph.nodes):
-            if not node.users and node.op in ("get_attr", "call") and is_pure(gm, node):
+            if node.users or node.op not in ("get_attr", "call"):
+                continue
+            if (not custom(node)) if custom is not None else is_pure(gm, node):
                 graph.erase_node(node)
         if self.remove_attributes:
             remove_unused_attributes(gm)
         return gm
 
 
-def eliminate_dead_code(gm, remove_attributes=True):
+def eliminate_dead_code(gm, remove_attributes=True, is_impure_node=None):
     """Function form of `EliminateDeadCode`: ``gm`` without unused nodes (and attributes)."""
-    return EliminateDeadCode(remove_attributes)(gm)
+    return EliminateDeadCode(remove_attributes, is_impure_node)(gm)
 
 
 def remove_unused_attributes(gm):

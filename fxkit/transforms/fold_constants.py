@@ -112,7 +112,7 @@ def _fold_frontier(gm, constant, values):
 
 
 def _inlinable(value):
-    if type(value) in (tuple, list):
+    if type(value) is tuple or isinstance(value, list):
         return all(_inlinable(v) for v in value)
     return type(value) in _INLINE_ATOMS
 

@@ -289,7 +289,7 @@ class _Backward:
                     return [stand_in(path + (j,), value, j) if isinstance(m, TensorMeta) else m
                             for j, m in enumerate(meta)]
                 return value
-            if type(value) in (list, tuple) and value and _is_tensor_node(value[0]):
+            if (type(value) is tuple or isinstance(value, list)) and value and _is_tensor_node(value[0]):
                 return type(value)(stand_in(path + (j,), v, None) if _is_tensor_node(v) else v
                                    for j, v in enumerate(value))
             return map_arg(value, self._value)  # tensors nested deeper (an index tuple) arrive as values

@@ -187,6 +187,8 @@ class _MetaTracer(Tracer):
     control flow on shapes takes the branch these inputs take.
     """
 
+    guard_concrete_args = False  # a body is analysed, never run: no guard node among its nodes
+
     def __init__(self, inputs):
         super().__init__()
         self.inputs = inputs

@@ -13,12 +13,13 @@ Example:
     >>> gm = pm(gm)
     >>> pm.summary()            # rich table: pass, nodes before/after, time
 """
+import inspect
 import time
 from typing import NamedTuple
 
 import numpy as np
 
-from fxkit.errors import FxkitError, GraphError, format_error
+from fxkit.errors import FxkitError, GraphError, PassError, format_error
 from fxkit.graph import GraphModule, Transformer
 from fxkit.runtime.tensor import Tensor
 from fxkit.transforms.pass_base import Pass, pass_name
@@ -44,13 +45,23 @@ class PassManager:
         example_inputs: forward arguments; when given, each pass's outputs are
             compared with the previous step's.
         verbose: print the summary table after each run.
+        checks: callables ``check(gm)`` run on the input and after every pass
+            (torch.fx's ``PassManager.add_checks``); the exception of one that
+            raises propagates with a note naming the check and the pass before it.
+        steps: how many times the list of passes runs at most; a round that
+            changes nothing ends it early (torch.fx's ``steps``).
 
     Attributes:
         records: the `PassRecord` of each pass of the last run.
     """
 
-    def __init__(self, passes, check=True, example_inputs=None, verbose=False):
+    def __init__(self, passes=(), check=True, example_inputs=None, verbose=False, checks=(), steps=1):
         self.passes = list(passes)
+        self.checks = []
+        for c in checks:
+            self.add_checks(c)
+        self.steps = steps
+        self.constraints = []
         self.check = check
         self.example_inputs = tuple(example_inputs) if example_inputs is not None else None
         self.verbose = verbose
@@ -64,35 +75,86 @@ class PassManager:
         self.records = []
         if self.check:
             _lint(gm, "the input (before any pass)")
+        self._run_checks(gm, "on the input (before any pass)")
         expected = self._outputs(gm, "the input (before any pass)")
-        for p in self.passes:
-            name = pass_name(p)
-            before = len(gm.graph.nodes)
-            start = time.perf_counter()
-            result = _apply(p, gm, name)
-            seconds = time.perf_counter() - start
-            if not isinstance(result, GraphModule):
-                raise GraphError(f"PassManager: pass {name!r} returned {type(result).__name__}, not a "
-                                 f"GraphModule; a pass returns the module it transformed (return gm)")
-            if self.check:
-                _lint(result, f"pass {name!r}")
-            result.recompile()
-            self.records.append(PassRecord(name, before, len(result.graph.nodes), seconds))
-            if self.example_inputs is not None:
-                actual = self._outputs(result, f"pass {name!r}")
-                rtol, atol = getattr(p, "rtol", 0.0), getattr(p, "atol", 0.0)
-                mismatch = _mismatch(actual, expected, rtol, atol, "output")
-                if mismatch is not None:
-                    bound = "exactly" if not (rtol or atol) else f"within rtol={rtol}, atol={atol}"
-                    raise GraphError(format_error(
-                        f"PassManager: pass {name!r} changed the outputs: {mismatch}",
-                        hint=f"the outputs before the pass must be reproduced {bound}; fix the pass, or give "
-                             f"it rtol/atol attributes if it changes arithmetic on purpose"))
-                expected = actual
-            gm = result
+        for _ in range(self.steps):
+            version = (id(gm.graph), gm.graph._version)
+            for p in self.passes:
+                gm, expected = self._run_pass(p, gm, expected)
+            if (id(gm.graph), gm.graph._version) == version:
+                break
         if self.verbose:
             self.summary()
         return gm
+
+    def _run_pass(self, p, gm, expected):
+        name = pass_name(p)
+        before = len(gm.graph.nodes)
+        start = time.perf_counter()
+        result = _apply(p, gm, name)
+        seconds = time.perf_counter() - start
+        if not isinstance(result, GraphModule):
+            # NOTE: torch.fx's infra passes may return None; fxkit's contract (DESIGN.md) is
+            # GraphModule -> GraphModule, which catches a forgotten ``return gm``.
+            raise GraphError(f"PassManager: pass {name!r} returned {type(result).__name__}, not a "
+                             f"GraphModule; a pass returns the module it transformed (return gm)")
+        if self.check:
+            _lint(result, f"pass {name!r}")
+        result.recompile()
+        self._run_checks(result, f"after pass {name!r}")
+        self.records.append(PassRecord(name, before, len(result.graph.nodes), seconds))
+        if self.example_inputs is not None:
+            actual = self._outputs(result, f"pass {name!r}")
+            rtol, atol = getattr(p, "rtol", 0.0), getattr(p, "atol", 0.0)
+            mismatch = _mismatch(actual, expected, rtol, atol, "output")
+            if mismatch is not None:
+                bound = "exactly" if not (rtol or atol) else f"within rtol={rtol}, atol={atol}"
+                raise GraphError(format_error(
+                    f"PassManager: pass {name!r} changed the outputs: {mismatch}",
+                    hint=f"the outputs before the pass must be reproduced {bound}; fix the pass, or give "
+                         f"it rtol/atol attributes if it changes arithmetic on purpose"))
+            expected = actual
+        return result, expected
+
+    def add_pass(self, p):
+        """Append ``p`` to the passes."""
+        self.passes.append(p)
+
+    def add_checks(self, check):
+        """Run ``check(gm)`` on the input and after every pass (it raises to report a broken module).
+
+        Raises:
+            PassError: ``check`` is no callable taking the module as its one argument.
+        """
+        try:
+            inspect.signature(check).bind(None)
+        except (TypeError, ValueError):
+            raise PassError(f"PassManager.add_checks: a check is called as check(graph_module); "
+                            f"{pass_name(check)!r} cannot be") from None
+        self.checks.append(check)
+
+    def add_constraint(self, constraint):
+        """Add ``constraint(a, b) -> bool``: may pass ``a`` run before pass ``b``? (`validate_constraints`)."""
+        self.constraints.append(constraint)
+
+    def validate_constraints(self):
+        """Raise `GraphError` when the order of the passes breaks a constraint."""
+        for constraint in self.constraints:
+            for i, a in enumerate(self.passes):
+                for b in self.passes[i + 1:]:
+                    if not constraint(a, b):
+                        raise GraphError(f"PassManager: pass {pass_name(a)!r} runs before {pass_name(b)!r}, "
+                                         f"which a constraint forbids; reorder the passes")
+
+    def _run_checks(self, gm, who):
+        for check in self.checks:
+            try:
+                check(gm)
+            except Exception as exc:
+                # NOTE: the check's own exception goes on (code catching ValueError keeps working);
+                # the note says where it happened.
+                exc.add_note(f"PassManager: check {pass_name(check)!r} failed {who}")
+                raise
 
     def _outputs(self, gm, who):
         if self.example_inputs is None:
@@ -128,6 +190,13 @@ class PassManager:
 
     def __repr__(self):
         return f"PassManager([{', '.join(pass_name(p) for p in self.passes)}], check={self.check})"
+
+
+def this_before_that_pass_constraint(this, that):
+    """A constraint for `PassManager.add_constraint`: ``this`` must run before ``that``."""
+    def depends_on(a, b):
+        return a is not that or b is not this
+    return depends_on
 
 
 def _apply(p, gm, name):

@@ -41,7 +41,34 @@ def replace_pattern(gm, pattern, replacement):
         The list of `Match` objects replaced, each with its ``nodes_map``
         (pattern node -> graph node) and ``replacements`` (the new nodes).
     """
-    matcher = SubgraphMatcher(pattern)
+    return replace_pattern_with_filters(gm, pattern, replacement)
+
+
+def replace_pattern_with_filters(gm, pattern, replacement, match_filters=None, ignore_literals=False):
+    """`replace_pattern`, keeping only the matches every filter accepts (torch.fx's function of that name).
+
+    Example::
+
+        def only_after_a_placeholder(match, graph, pattern_graph):
+            return all(isinstance(n, Node) and n.op == "placeholder" for n in match.placeholder_nodes)
+
+        replace_pattern_with_filters(gm, pattern, replacement, [only_after_a_placeholder])
+
+    Args:
+        gm: the `GraphModule` to rewrite in place.
+        pattern: the function (or GraphModule) whose graph is looked for.
+        replacement: the function (or GraphModule) put in its place.
+        match_filters: callables ``filter(match, graph, pattern_graph) -> bool``
+            (a `Match`, the graph searched, the pattern's graph); a match is
+            replaced only when every filter returns True.
+        ignore_literals: constants in the pattern match any constant in the same
+            place (``x + 1`` matches ``x + 2``); the replacement keeps its own.
+
+    Returns:
+        The list of `Match` objects replaced.
+    """
+    matcher = SubgraphMatcher(pattern, ignore_literals=ignore_literals)
+    filters = list(match_filters or ())
     replacement_gm = _as_module(replacement)
     source = replacement_gm.graph
     inputs = [n for n in source.nodes if n.op == "placeholder"]
@@ -63,6 +90,8 @@ def replace_pattern(gm, pattern, replacement):
     targets = {}
     applied = []
     for match in matcher.match(graph):
+        if not all(keep(match, graph, matcher.pattern) for keep in filters):
+            continue
         if _apply(gm, match, matcher, replacement_gm, inputs, replaced, targets):
             applied.append(match)
     if applied:

@@ -53,6 +53,8 @@ class SubgraphMatcher:
         pattern: a `Graph`, a `GraphModule` or a function (traced with ``symbolic_trace``).
         remove_overlapping: keep only matches sharing no matched node with an
             earlier match (graph order), so they can all be replaced.
+        ignore_literals: a constant in the pattern (``x + 1``) matches any constant
+            in the same place (``x + 2``), never a node (torch.fx's ``ignore_literals``).
 
     Attributes:
         pattern: the pattern `Graph`.
@@ -69,9 +71,10 @@ class SubgraphMatcher:
         [%neg, %neg_1]
     """
 
-    def __init__(self, pattern, remove_overlapping=True):
+    def __init__(self, pattern, remove_overlapping=True, ignore_literals=False):
         self.pattern = pattern_graph(pattern)
         self.remove_overlapping = remove_overlapping
+        self.ignore_literals = ignore_literals
         self.placeholders = [n for n in self.pattern.nodes if n.op == "placeholder"]
         output = self.pattern.output_node()
         self.returned = flatten_output(output.args[0] if output.args else None)
@@ -100,7 +103,7 @@ class SubgraphMatcher:
         for node in graph.nodes:
             if not _same_operation(first, node):
                 continue
-            state = _attempt({}, {}, first, node)
+            state = _attempt({}, {}, first, node, self.ignore_literals)
             if state is None:
                 continue
             for nodes_map, reverse in self._complete(graph, 1, state):
@@ -126,7 +129,7 @@ class SubgraphMatcher:
             return
         for node in graph.nodes:
             if _same_operation(anchor, node):
-                extended = _attempt(dict(state[0]), dict(state[1]), anchor, node)
+                extended = _attempt(dict(state[0]), dict(state[1]), anchor, node, self.ignore_literals)
                 if extended is not None:
                     yield from self._complete(graph, index + 1, extended)
 
@@ -152,12 +155,12 @@ def pattern_graph(pattern):
     raise GraphError(f"a pattern must be a Graph, a GraphModule or a function, got {type(pattern).__name__}")
 
 
-def _attempt(nodes_map, reverse, pattern_node, node):
+def _attempt(nodes_map, reverse, pattern_node, node, ignore_literals=False):
     """Match ``pattern_node`` to ``node`` on top of the given maps; the maps, or None."""
-    return (nodes_map, reverse) if _match_value(pattern_node, node, nodes_map, reverse) else None
+    return (nodes_map, reverse) if _match_value(pattern_node, node, nodes_map, reverse, ignore_literals) else None
 
 
-def _match_value(p, g, nodes_map, reverse):
+def _match_value(p, g, nodes_map, reverse, ignore=False):
     if isinstance(p, Node):
         if p in nodes_map:
             bound = nodes_map[p]
@@ -171,17 +174,17 @@ def _match_value(p, g, nodes_map, reverse):
         reverse[g] = p
         if len(p.args) != len(g.args) or p.kwargs.keys() != g.kwargs.keys():
             return False
-        return (all(_match_value(a, b, nodes_map, reverse) for a, b in zip(p.args, g.args))
-                and all(_match_value(v, g.kwargs[k], nodes_map, reverse) for k, v in p.kwargs.items()))
+        return (all(_match_value(a, b, nodes_map, reverse, ignore) for a, b in zip(p.args, g.args))
+                and all(_match_value(v, g.kwargs[k], nodes_map, reverse, ignore) for k, v in p.kwargs.items()))
     if isinstance(g, Node) or type(p) is not type(g):
         return False
-    if type(p) is dict:
-        return p.keys() == g.keys() and all(_match_value(v, g[k], nodes_map, reverse) for k, v in p.items())
+    if isinstance(p, dict):
+        return p.keys() == g.keys() and all(_match_value(v, g[k], nodes_map, reverse, ignore) for k, v in p.items())
     if type(p) is slice:
         p, g = (p.start, p.stop, p.step), (g.start, g.stop, g.step)
     if isinstance(p, (tuple, list)):  # namedtuples too
-        return len(p) == len(g) and all(_match_value(a, b, nodes_map, reverse) for a, b in zip(p, g))
-    return _same_constant(p, g)
+        return len(p) == len(g) and all(_match_value(a, b, nodes_map, reverse, ignore) for a, b in zip(p, g))
+    return ignore or _same_constant(p, g)
 
 
 def _same_operation(p, g):

@@ -11,6 +11,7 @@ that differs from PyTorch's) is a finding.
 """
 import copy
 import inspect
+import math
 import operator
 import re
 import signal
@@ -32,6 +33,8 @@ _TORCH_SPECIAL = {
     "getitem": lambda torch: operator.getitem,
     "setitem": lambda torch: _torch_setitem,
     "numpy_T": lambda torch: lambda a: a.T,
+    **{f"math_{name}": (lambda torch, name=name: getattr(math, name))
+       for name in ("sqrt", "floor", "ceil", "trunc", "exp", "log2", "log10", "fabs", "log", "pow", "gcd", "isqrt")},
 }
 # Ops with no PyTorch counterpart called the same way: their successes are not compared.
 NO_TORCH = {"pipe_split", "quantize_affine", "dequantize_affine", "quantized_linear", "quantized_conv2d",

@@ -69,7 +69,8 @@ CASES.update({
                                          np.tile(v, len(v))), {})),
     "masked_fill": ("masked_fill", lambda v: ((v, _alternating(len(v)), float("-inf")), {})),
 })
-INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
+INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
+                "bitwise_right_shift"}
 """Elementwise ops with no float inputs (nothing to check at float extremes)."""
 
 def _arrays(args):

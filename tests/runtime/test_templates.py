@@ -26,7 +26,8 @@ ELEMENTWISE_CASES = [c for c in load_all_cases() if get_op(c.op).kind == "elemen
 # Python syntax a template may use: arithmetic, comparisons, calls of intrinsics, names, constants.
 ALLOWED_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name, ast.Load, ast.Constant,
                  ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
-                 ast.BitXor, ast.Invert, ast.USub, ast.UAdd, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+                 ast.BitXor, ast.LShift, ast.RShift, ast.Invert, ast.USub, ast.UAdd, ast.Eq, ast.NotEq, ast.Lt,
+                 ast.LtE, ast.Gt, ast.GtE)
 
 
 def bind(op, args, kwargs):

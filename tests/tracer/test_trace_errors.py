@@ -173,3 +173,34 @@ def test_variadic_forward_is_refused():
 def test_non_callable_root():
     with pytest.raises(fxkit.TraceError, match="expected an fxkit.nn.Module or a function, got int"):
         fxkit.symbolic_trace(3)
+
+
+class _DictTaker(nn.Module):
+    def forward(self, d):
+        return d
+
+
+class _KeyedByProxy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = _DictTaker()
+
+    def forward(self, x):
+        return self.m({x: x})
+
+
+class _DictTakerIsLeaf(fxkit.Tracer):
+    def is_leaf_module(self, module, qualname):
+        return isinstance(module, _DictTaker) or super().is_leaf_module(module, qualname)
+
+
+def test_traced_value_as_dict_key_is_refused():
+    # Regression (issue 15): the Proxy used to land in the graph as a dict key; torch.fx
+    # refuses it at trace time (test_fx.py::test_dict_keys_proxy_error_message in spirit).
+    with pytest.raises(fxkit.TraceError) as info:
+        _DictTakerIsLeaf().trace(_KeyedByProxy())
+    message = str(info.value)
+    assert "a traced value is used as a dict key" in message
+    line = _KeyedByProxy.forward.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line} in forward" in message
+    assert "hint: key the dict by a constant" in message

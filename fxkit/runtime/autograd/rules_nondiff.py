@@ -4,7 +4,7 @@ from fxkit.runtime.autograd.function import nondifferentiable
 nondifferentiable("it returns bool; compare without tracking gradients", "eq", "ne", "lt", "le", "gt", "ge",
                   "isnan", "logical_and", "logical_or", "logical_xor", "logical_not")
 nondifferentiable("it works on integer or bool tensors", "bitwise_and", "bitwise_or", "bitwise_xor",
-                  "bitwise_not", "one_hot")
+                  "bitwise_not", "one_hot", "bitwise_left_shift", "bitwise_right_shift")
 nondifferentiable("it returns integer indices", "argmax", "argmin", "argsort")
 nondifferentiable("it returns bool", "all", "any")
 nondifferentiable("it casts to an integer or bool dtype", "int", "long", "bool")
@@ -17,3 +17,6 @@ nondifferentiable("it returns Python numbers (a size query)", "size", "dim", "nu
 nondifferentiable("it is a backward op; higher-order gradients are not supported", "getitem_backward",
                   "conv2d_weight_grad")
 nondifferentiable("it is a pipeline-stage marker without tensor inputs", "pipe_split")
+nondifferentiable("it works on Python numbers (arithmetic on traced sizes), not on tensors", "math_sqrt",
+                  "math_floor", "math_ceil", "math_trunc", "math_exp", "math_log2", "math_log10", "math_fabs",
+                  "math_log", "math_pow", "math_gcd", "math_isqrt")

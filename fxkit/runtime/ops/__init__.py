@@ -23,4 +23,5 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     interpolate,
     pipe_split,
     quantized_ops,
+    scalar_math,
 )

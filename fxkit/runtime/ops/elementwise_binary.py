@@ -231,6 +231,19 @@ bitwise_or = _bitwise("bitwise_or", "|")
 bitwise_xor = _bitwise("bitwise_xor", "^")
 
 
+def _shift(name, symbol, numpy_name):
+    def impl(xp, input, other):
+        return getattr(xp, numpy_name)(input, other)
+
+    impl.__name__ = name
+    impl.__doc__ = f"``input {symbol} other``: bits of integer tensors shifted (``torch.{name}``)."
+    return op(name, kind="elementwise", promote="integer", template=f"a {symbol} b")(impl)
+
+
+bitwise_left_shift = _shift("bitwise_left_shift", "<<", "left_shift")
+bitwise_right_shift = _shift("bitwise_right_shift", ">>", "right_shift")
+
+
 @op("where", kind="elementwise", promote="common", promote_from=1, method=False, template="where(a, b, c)")
 def where(xp, condition, a, b):
     """``a`` where ``condition`` holds, else ``b``; ``a`` and ``b`` may be numbers."""

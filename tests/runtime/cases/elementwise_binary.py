@@ -185,3 +185,10 @@ case("lerp", lambda r: ((randf(r, 5, dtype=np.float16), randf(r, 5, dtype=np.flo
 case("lerp", lambda r: ((randi(r, 5), randi(r, 5), 0.25), {}), _lerp, id="int64-to-float32", dtype=fxkit.float32)
 case("lerp", lambda r: ((randf(r, 6), randf(r, 6), randf(r, 6)), {}), torch_ref(lambda a, b, w: a.lerp(b, w)),
      id="torch")
+
+# -- shifts (torch.bitwise_left_shift / bitwise_right_shift, the << and >> operators) ---------------
+for _name, _ufunc in (("bitwise_left_shift", np.left_shift), ("bitwise_right_shift", np.right_shift)):
+    case(_name, lambda r: ((randi(r, 3, 4, low=-50, high=50), randi(r, 4, low=0, high=5)), {}), _ufunc)
+    case(_name, lambda r: ((randi(r, 5, low=0, high=255, dtype=np.uint8), 2), {}), _ufunc, id="uint8-int")
+    case(_name, lambda r: ((randi(r, 5, low=-9, high=9, dtype=np.int8), randi(r, 5, low=0, high=4, dtype=np.int32)),
+                           {}), _ufunc, id="int8-int32")
