@@ -47,7 +47,8 @@ def _alternating(n):
 # id -> (op name, make(v) -> (args, kwargs)); arrays in args are the op's tensor inputs.
 CASES = {name: (name, lambda v: ((v,), {})) for name in (
     "neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "rsqrt", "reciprocal",
-    "sigmoid", "silu", "relu", "leaky_relu", "floor", "ceil", "sign", "logical_not", "isnan")}
+    "sigmoid", "silu", "relu", "leaky_relu", "floor", "ceil", "sign", "logical_not", "isnan", "relu6",
+    "hardsigmoid", "hardswish", "mish")}
 CASES.update({name: (name, lambda v: (_pairs(v), {})) for name in (
     "add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt",
     "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")})
@@ -104,8 +105,9 @@ ALLOWED = [
     (None, None, _bottom_of_range,
      "PyTorch's vectorised CPU kernels (SLEEF, flush-to-zero in half precision) give 0 or lose the sign near "
      "and below the smallest normal number (erf, log1p, lerp of subnormals); fxkit keeps IEEE results"),
-    (("relu",), None, _zeros_of_other_sign,
-     "relu(-0.0) is +0 (numpy's and the kernels' maximum(x, 0) return the 0); PyTorch returns -0: equal numbers"),
+    (("relu", "relu6"), None, _zeros_of_other_sign,
+     "relu(-0.0) and relu6(-0.0) are +0 (numpy's and the kernels' maximum(x, 0) return the 0); PyTorch returns "
+     "-0: equal numbers"),
     (("maximum", "minimum"), None, _zeros_of_other_sign,
      "IEEE 754 leaves the sign of max/min(+0, -0) open; numpy and PyTorch's half kernels pick differently"),
     (("remainder",), None, _zeros_of_other_sign,
@@ -138,7 +140,8 @@ def torch_result(torch, name, args, kwargs):
     """PyTorch's answer for the op ``name`` on ``args`` (numpy arrays) as a float64/bool numpy array."""
     import torch.nn.functional as F
 
-    functions = {"silu": F.silu, "relu": torch.relu, "leaky_relu": F.leaky_relu, "gelu": F.gelu,
+    functions = {"silu": F.silu, "relu": torch.relu, "leaky_relu": F.leaky_relu, "gelu": F.gelu, "relu6": F.relu6,
+                 "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish, "mish": F.mish,
                  "masked_fill": lambda a, m, value: a.masked_fill(m, value)}
     fn = functions.get(name) or getattr(torch, name)
     out = fn(*[_to_torch(torch, a) for a in args], **kwargs)
