@@ -16,17 +16,23 @@ class SourceLocation(NamedTuple):
     """Where in the user's code a node came from (the tracer fills ``meta["stack"]``).
 
     ``str(loc)`` is the ``at ...`` part of fxkit's error layout:
-    ``model.py:42 in forward: y = self.fc(x)``.
+    ``model.py:42 in forward: y = self.fc(x)``. Imported models also say which
+    submodule of theirs the node belongs to (``module``, a qualified name like
+    ``"layer1.0.conv1"``), so a graph can be read and cut by layer.
     """
 
     filename: str
     lineno: int
     function: str
     line: str
+    module: str = ""
 
     def __str__(self):
-        where = f"{self.filename}:{self.lineno} in {self.function}"
-        return f"{where}: {self.line}" if self.line else where
+        where = f"{self.filename}:{self.lineno} in {self.function}" if self.filename else ""
+        where = f"{where}: {self.line}" if self.line else where
+        if self.module:
+            where = f"{where} (module {self.module})" if where else f"module {self.module}"
+        return where
 
 
 class Node:
