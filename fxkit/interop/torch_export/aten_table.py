@@ -13,7 +13,8 @@ every size the dynamic dims allow.
 An entry naming a registry op that is not registered is not preserved:
 `capture.decomposition_table` lets torch decompose that overload into ops
 that are here. Function rules record only ops the registry has. Arguments reach the rules converted: nodes are fxkit nodes,
-dtypes fxkit dtypes, devices strings; ``c.rank(x)`` is a node's rank.
+dtypes fxkit dtypes, devices strings; ``c.rank(x)``, ``c.shape(x)`` and
+``c.dtype(x)`` read what torch recorded for a node.
 """
 _ALL = slice(None)
 
@@ -24,6 +25,11 @@ def _at(dim, item):
 
 
 def _slice(c, x, dim=0, start=None, end=None, step=1):
+    """``x[..., start:end:step]``; a symbolic ``end`` (``mask[:length]``) is a ``narrow``, whose
+    shape rule gives ``end - start`` where a slice's would need to know that ``end`` is in range."""
+    if step == 1 and not isinstance(end, int) and end is not None:
+        start = start or 0
+        return c("narrow", x, dim, start, end if start == 0 else c("sub", end, start))
     return c("getitem", x, _at(dim, slice(start, end, step if step != 1 else None)))
 
 
@@ -77,6 +83,12 @@ def _like(name):
 def _to(c, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None,
         copy=False):
     return x if dtype is None or dtype == c.dtype(x) else c("to", x, dtype=dtype)
+
+
+def _copy(c, dst, src, non_blocking=False):
+    """``dst.copy_(src)`` made functional: ``src`` in ``dst``'s dtype, broadcast to ``dst``'s shape."""
+    src = _to(c, src, c.dtype(dst))
+    return src if c.shape(src) == c.shape(dst) else c("add", c("zeros_like", dst), src)
 
 
 def _identity(c, x, *args, **kwargs):
@@ -260,6 +272,7 @@ ATEN = {
     "aten.alias.default":               _identity,
     "aten.detach.default":              _identity,
     "aten.lift_fresh_copy.default":     _identity,
+    "aten.copy.default":                _copy,
     "aten.fill.Scalar":                 lambda c, x, value: c("full_like", x, value),
     "aten.fill.Tensor":                 lambda c, x, value: c("add", c("zeros_like", x), value),
     # -- dtypes and factories -------------------------------------------------------------

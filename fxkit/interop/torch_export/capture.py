@@ -15,6 +15,7 @@ torch stopped at and the fix.
 import os
 import re
 import traceback
+import warnings
 
 from fxkit.errors import TraceError, format_error
 from fxkit.interop.torch_export.aten_table import ATEN
@@ -44,14 +45,13 @@ def resolve_overload(torch, spelling):
 
 def capture(torch, model, args, kwargs, dynamic_shapes):
     """The decomposed ``ExportedProgram`` of ``model(*args, **kwargs)``."""
-    try:
-        program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
-    except Exception as exc:  # noqa: BLE001  (torch.export raises many unrelated exception classes)
-        raise capture_error(torch, model, exc) from exc
-    try:
-        return program.run_decompositions(decomposition_table(torch))
-    except Exception as exc:  # noqa: BLE001
-        raise capture_error(torch, model, exc) from exc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's notes on its own internals (pytree specs)
+        try:
+            program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+            return program.run_decompositions(decomposition_table(torch))
+        except Exception as exc:  # noqa: BLE001  (torch.export raises many unrelated exception classes)
+            raise capture_error(torch, model, exc) from exc
 
 
 def _torch_dir(torch):
@@ -101,8 +101,9 @@ def capture_error(torch, model, exc):
     op = re.search(r"\b(aten|torchvision|prims)::?\.?(\w+)", text)
     frame = user_frame(torch, exc)
     where = f"{frame.filename}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}" if frame else None
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    said = [lines[0][:300]] + [line.strip()[:300] for line in lines[1:] if line.lstrip().startswith("- ")][:4]
     detail = f" (op {op[0]})" if op else ""
     message = (f"fxkit.from_torch: torch.export cannot capture {type(model).__name__}: {construct}{detail}\n"
-               f"  torch says: {type(exc).__name__}: {first[:300]}")
+               f"  torch says: {type(exc).__name__}: " + "\n    ".join(said))
     return TraceError(format_error(message, where=where, hint=fix))

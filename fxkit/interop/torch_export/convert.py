@@ -68,7 +68,14 @@ class Emitter:
     def rank(self, x):
         return len(self._converter.vals[x].shape)
 
+    def shape(self, x):
+        """The torch shape of ``x`` (a number has shape ``()``); symbolic sizes as their text (``s45``)."""
+        val = self._converter.vals.get(x) if not isinstance(x, (int, float, bool)) else None
+        return tuple(d if isinstance(d, int) else str(d) for d in val.shape) if val is not None else ()
+
     def dtype(self, x):
+        if isinstance(x, (bool, int, float)):
+            return None
         return torch_dtype(self._converter.vals[x].dtype)
 
     def size(self, x, dim):
@@ -222,8 +229,8 @@ class Converter:
         if isinstance(value, torch.fx.Node):
             converted = self.env[value]
             return self._attr(converted.node) if isinstance(converted, _Lifted) else converted
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._arg(v) for v in value)
+        if isinstance(value, (tuple, list)):  # torch.fx's immutable lists as plain ones
+            return (list if isinstance(value, list) else tuple)(self._arg(v) for v in value)
         if isinstance(value, dict):
             return {k: self._arg(v) for k, v in value.items()}
         if isinstance(value, torch.dtype):
