@@ -2,11 +2,13 @@
 from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     elementwise_binary,
     elementwise_unary,
+    activations,
     casts,
     factories,
     indexing,
     linalg,
     reductions,
+    sorting,
     softmax,
     shape_ops,
     rearrange,
