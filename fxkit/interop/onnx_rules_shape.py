@@ -249,3 +249,24 @@ def _one_hot(b, op, a, out):
     depth = out.shape[-1]
     values = b.const([0, 1], out.dtype)
     return b.op("OneHot", a.tensor.name, b.dim_scalar(depth, _dt.int64), values, axis=-1)
+
+
+@export_rule("swapaxes", "swapdims")
+def _swapaxes(b, op, a, out):
+    rank = len(out.shape)
+    first, second = (a.axis0, a.axis1) if op.name == "swapaxes" else (a.dim0, a.dim1)
+    perm = list(range(rank))
+    if rank:
+        d0, d1 = axis(first, rank), axis(second, rank)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    return b.op("Transpose", a.a.name, perm=perm) if perm != sorted(perm) else a.a.name
+
+
+@export_rule("unbind")
+def _unbind(b, op, a, out):
+    rank = len(out[0].shape) + 1
+    dim = axis(a.dim, rank)
+    if len(out) == 1:
+        return (b.op("Squeeze", a.a.name, b.ints([dim])),)
+    pieces = b.op("Split", a.a.name, b.ints([1] * len(out)), axis=dim, outputs=len(out))
+    return tuple(b.op("Squeeze", p, b.ints([dim])) for p in pieces)
