@@ -203,6 +203,13 @@ ATEN = {
     "aten.std.correction":              "std",
     "aten.logsumexp.default":           "logsumexp",
     "aten.cumsum.default":              "cumsum",
+    "aten.sort.default":                "sort",
+    "aten.sort.stable":                 lambda c, x, *, stable=None, dim=-1, descending=False:
+                                            c("sort", x, dim, descending, stable=bool(stable)),
+    "aten.argsort.default":             "argsort",
+    "aten.argsort.stable":              lambda c, x, *, stable, dim=-1, descending=False:
+                                            c("argsort", x, dim, descending, stable=stable),
+    "aten.topk.default":                "topk",
     # -- matrix products, convolutions, pools, norms (kept whole) -------------------------
     "aten.linear.default":              "linear",
     "aten.mm.default":                  "mm",
@@ -216,6 +223,9 @@ ATEN = {
     "aten.conv_transpose2d.input":      "conv_transpose2d",
     "aten.convolution.default":         _convolution,
     "aten.max_pool2d.default":          "max_pool2d",
+    "aten.max_pool2d_with_indices.default": lambda c, x, kernel, stride=(), padding=0, dilation=1, ceil=False:
+                                            c("max_pool2d", x, kernel, stride or None, padding, dilation, ceil, True),
+    "aten.adaptive_max_pool2d.default": lambda c, x, size: c("adaptive_max_pool2d", x, size, True),
     "aten.avg_pool2d.default":          "avg_pool2d",
     "aten.adaptive_avg_pool2d.default": "adaptive_avg_pool2d",
     "aten._adaptive_avg_pool2d.default": "adaptive_avg_pool2d",
@@ -226,12 +236,25 @@ ATEN = {
                                             c("layer_norm", x, shape, w, b, eps),
     "aten.group_norm.default":          lambda c, x, groups, w=None, b=None, eps=1e-5, cudnn=True:
                                             c("group_norm", x, groups, w, b, eps),
+    "aten.rms_norm.default":            "rms_norm",
+    "aten.instance_norm.default":       lambda c, x, w, b, mean, var, use_input_stats, momentum, eps, cudnn:
+                                            c("instance_norm", x, mean, var, w, b, use_input_stats, momentum, eps),
     "aten.scaled_dot_product_attention.default": "scaled_dot_product_attention",
     "aten.embedding.default":           lambda c, w, ids, padding_idx=-1, scale_grad=False, sparse=False:
                                             c("embedding", ids, w),
+    "aten.upsample_nearest1d.vec":      lambda c, x, size, scales: c("interpolate", x, size, scales, "nearest"),
     "aten.upsample_nearest2d.vec":      lambda c, x, size, scales: c("interpolate", x, size, scales, "nearest"),
+    "aten.upsample_nearest3d.vec":      lambda c, x, size, scales: c("interpolate", x, size, scales, "nearest"),
+    "aten._upsample_nearest_exact2d.vec": lambda c, x, size, scales:
+                                            c("interpolate", x, size, scales, "nearest-exact"),
+    "aten.upsample_linear1d.vec":       lambda c, x, size, align, scales:
+                                            c("interpolate", x, size, scales, "linear", align),
     "aten.upsample_bilinear2d.vec":     lambda c, x, size, align, scales:
                                             c("interpolate", x, size, scales, "bilinear", align),
+    "aten.upsample_bicubic2d.vec":      lambda c, x, size, align, scales:
+                                            c("interpolate", x, size, scales, "bicubic", align),
+    "aten.upsample_trilinear3d.vec":    lambda c, x, size, align, scales:
+                                            c("interpolate", x, size, scales, "trilinear", align),
     "aten.constant_pad_nd.default":     lambda c, x, pad, value=0: c("pad", x, pad, "constant", value),
     # -- views and layout ---------------------------------------------------------------------
     "aten.view.default":                lambda c, x, size: c("reshape", x, *size),  # NOTE: fxkit's strides
@@ -253,13 +276,20 @@ ATEN = {
     "aten.index.Tensor":                _index,
     "aten.index_select.default":        "index_select",
     "aten.gather.default":              lambda c, x, dim, index, sparse_grad=False: c("gather", x, dim, index),
+    "aten.scatter.src":                 "scatter",
+    "aten.scatter.value":               lambda c, x, dim, index, value: c("scatter", x, dim, index, value=value),
+    "aten.scatter.reduce":              lambda c, x, dim, index, src, *, reduce: c("scatter", x, dim, index, src,
+                                                                                   reduce=reduce),
+    "aten.scatter_add.default":         "scatter_add",
+    "aten.index_add.default":           "index_add",
+    "aten.index_put.default":           lambda c, x, indices, values, accumulate=False:
+                                            c("index_put", x, tuple(indices), values, accumulate),
     "aten.slice_scatter.default":       _slice_scatter,
     "aten.select_scatter.default":      _select_scatter,
     "aten.split.Tensor":                "split",
     "aten.split_with_sizes.default":    "split",
     "aten.chunk.default":               "chunk",
-    "aten.unbind.int":                  lambda c, x, dim=0: tuple(c("getitem", x, _at(dim, i))
-                                                                  for i in range(c.size(x, dim))),
+    "aten.unbind.int":                  "unbind",
     "aten.cat.default":                 "cat",
     "aten.stack.default":               "stack",
     "aten.repeat.default":              lambda c, x, sizes: c("repeat", x, *sizes),

@@ -18,7 +18,8 @@ import traceback
 import warnings
 
 from fxkit.errors import TraceError, format_error
-from fxkit.interop.torch_export.aten_table import ATEN
+from fxkit.interop.torch_export.aten_table import ATEN, DROPPED
+from fxkit.interop.torch_export.convert import functional_spelling, rule_of, target_name
 from fxkit.runtime.registry import all_ops
 
 def decomposition_table(torch):
@@ -37,6 +38,39 @@ def decomposition_table(torch):
     return table
 
 
+def needs_decomposition(program):
+    """Whether ``program`` (torch.export's training IR) needs ``run_decompositions`` before the table.
+
+    Decomposing re-traces the whole program (seconds to a minute for a
+    convnet), so it is skipped when every op already has a rule and every
+    in-place op can simply become its out-of-place twin: the tensor it writes
+    is no view, no input and read by nothing else (``ReLU(inplace=True)``
+    after a convolution, ``out += identity`` in a residual block). Anything
+    else (a write into a slice, an op with no rule) goes through torch's
+    functionalisation and decompositions.
+    """
+    registered = {op.name for op in all_ops()}
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        spelling = target_name(node.target)
+        if spelling in DROPPED or spelling == "operator.getitem":
+            continue
+        if rule_of(spelling, registered) is None:
+            return True
+        if functional_spelling(spelling) != spelling and not _replaceable_in_place(node):
+            return True
+    return False
+
+
+def _replaceable_in_place(node):
+    """Whether the tensor an in-place op writes is a fresh computed value only this op reads."""
+    written = node.args[0] if node.args else None
+    producer = getattr(written, "target", None)
+    return (getattr(written, "op", None) == "call_function" and len(written.users) == 1
+            and not getattr(producer, "is_view", True))
+
+
 def resolve_overload(torch, spelling):
     """``"aten.add.Tensor"`` as the `OpOverload` object, or None when this torch has no such overload."""
     namespace, packet, overload = spelling.split(".")
@@ -49,6 +83,8 @@ def capture(torch, model, args, kwargs, dynamic_shapes):
         warnings.simplefilter("ignore", FutureWarning)  # torch's notes on its own internals (pytree specs)
         try:
             program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+            if not needs_decomposition(program):
+                return program
             return program.run_decompositions(decomposition_table(torch))
         except Exception as exc:  # noqa: BLE001  (torch.export raises many unrelated exception classes)
             raise capture_error(torch, model, exc) from exc

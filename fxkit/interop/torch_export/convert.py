@@ -23,7 +23,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.device import cpu
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.nn.parameter import Parameter
-from fxkit.runtime.registry import get_op
+from fxkit.runtime.registry import all_ops, get_op
 from fxkit.runtime.tensor import Tensor
 from fxkit.transforms.shape_prop import record_meta
 
@@ -38,6 +38,23 @@ def target_name(target):
     module = getattr(target, "__module__", None) or ""
     module = {"_operator": "operator"}.get(module, module)
     return f"{module}.{getattr(target, '__name__', target)}"
+
+
+def functional_spelling(spelling):
+    """``"aten.relu_.default"`` -> ``"aten.relu.default"``: the out-of-place twin of an in-place overload."""
+    parts = spelling.split(".")
+    if len(parts) == 3 and parts[1].endswith("_") and not parts[1].endswith("__"):
+        return ".".join((parts[0], parts[1][:-1], parts[2]))
+    return spelling
+
+
+def rule_of(spelling, registered):
+    """The table rule of an overload or Python function (in-place overloads use their twin's), or None
+    when there is none or it names a registry op not in ``registered`` (a set of op names)."""
+    rule = ATEN.get(functional_spelling(spelling), PYTHON.get(spelling))
+    if isinstance(rule, str) and rule not in registered:
+        return None
+    return rule
 
 
 def torch_dtype(dtype):
@@ -100,6 +117,7 @@ class Converter:
         self.attrs = {}
         self.constants = {}
         self.emitter = Emitter(self)
+        self.registered = {op.name for op in all_ops()}
         self._where = None
         signature = program.graph_signature
         self.lifted = {spec.arg.name: spec for spec in signature.input_specs
@@ -144,7 +162,7 @@ class Converter:
         if spelling == "_operator.getitem" or spelling == "operator.getitem":
             base, index = args
             return base[index] if isinstance(base, (tuple, list)) else self.record(get_op("getitem"), args, {})
-        rule = ATEN.get(spelling, PYTHON.get(spelling))
+        rule = rule_of(spelling, self.registered)
         if rule is None:
             raise self._unmapped(n, spelling)
         try:
