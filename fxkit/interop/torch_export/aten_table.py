@@ -49,6 +49,16 @@ def _select_scatter(c, x, src, dim, index):
     return _slice_scatter(c, x, c("unsqueeze", src, dim), dim, index, end)
 
 
+def _diff(c, x, n=1, dim=-1, prepend=None, append=None):
+    """``torch.diff``: ``n`` times the difference of neighbours along ``dim`` (``!=`` for bools)."""
+    is_bool = c.dtype(x) is not None and c.dtype(x).name == "bool"
+    if prepend is not None or append is not None:
+        x = c("cat", [t for t in (prepend, x, append) if t is not None], dim)
+    for _ in range(n):
+        x = c("logical_xor" if is_bool else "sub", _slice(c, x, dim, 1, None), _slice(c, x, dim, 0, -1))
+    return x
+
+
 def _convolution(c, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         return c("conv_transpose2d", x, w, b, stride, padding, output_padding, groups, dilation)
@@ -164,6 +174,9 @@ ATEN = {
     "aten.bitwise_or.Tensor":           "bitwise_or",
     "aten.bitwise_xor.Tensor":          "bitwise_xor",
     "aten.bitwise_not.default":         "bitwise_not",
+    "aten.__and__.Tensor":              "bitwise_and",
+    "aten.__or__.Tensor":               "bitwise_or",
+    "aten.__xor__.Tensor":              "bitwise_xor",
     # -- activations (kept whole) ------------------------------------------------------------
     "aten.relu.default":                "relu",
     "aten.sigmoid.default":             "sigmoid",
@@ -203,6 +216,7 @@ ATEN = {
     "aten.std.correction":              "std",
     "aten.logsumexp.default":           "logsumexp",
     "aten.cumsum.default":              "cumsum",
+    "aten.diff.default":                _diff,
     "aten.sort.default":                "sort",
     "aten.sort.stable":                 lambda c, x, *, stable=None, dim=-1, descending=False:
                                             c("sort", x, dim, descending, stable=bool(stable)),
@@ -309,6 +323,7 @@ ATEN = {
     "aten._to_copy.default":            _to,
     "aten.to.dtype":                    lambda c, x, dtype, non_blocking=False, copy=False, memory_format=None:
                                             _to(c, x, dtype),
+    "aten.to.dtype_layout":             lambda c, x, **kw: _to(c, x, kw.get("dtype")),
     "aten.type_as.default":             lambda c, x, other: _to(c, x, c.dtype(other)),
     "aten.zeros.default":               _factory("zeros"),
     "aten.ones.default":                _factory("ones"),
