@@ -27,7 +27,8 @@ def layer_table(torch):
     tnn = torch.nn
     same = ("Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "ReLU", "GELU", "SiLU",
             "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Dropout",
-            "Dropout2d", "Flatten", "Identity")
+            "Dropout2d", "Flatten", "Identity", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "GroupNorm", "RMSNorm",
+            "InstanceNorm1d", "InstanceNorm2d")
     table = {getattr(tnn, name): (getattr(nn, name), {}) for name in same}
     table[tnn.MultiheadAttention] = (nn.MultiheadAttention, {
         "bias": lambda m: m.in_proj_bias is not None,

@@ -24,7 +24,7 @@ CASES_PER_OP = 3
 # Calls PyTorch refuses that fxkit answers, (ops, mutation kinds, why the answer is right).
 # Only the "refused" verdict can be excused: a crash or an answer unlike PyTorch's never is.
 LENIENT = [
-    ({"gelu", "silu", "leaky_relu", "lerp", "mse_loss"}, {"bool", "int"},
+    ({"gelu", "silu", "leaky_relu", "lerp", "mse_loss", "hardsigmoid", "hardswish", "mish"}, {"bool", "int"},
      "integer and bool inputs are promoted to the default float dtype, as exp() does in PyTorch; "
      "PyTorch implements these ops for floating types only"),
     ({"abs", "relu", "argmax", "argmin"}, {"bool"},
