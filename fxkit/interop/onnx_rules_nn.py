@@ -125,20 +125,6 @@ def _avg_pool(b, op, a, out):
                 ceil_mode=int(a.ceil_mode), count_include_pad=int(a.count_include_pad))
 
 
-@export_rule("adaptive_avg_pool2d")
-def _adaptive_avg_pool(b, op, a, out):
-    size_in = a.input.meta.shape[-2:]
-    size_out = concrete(op, "output size", out.shape[-2:])
-    if tuple(size_out) == (1, 1):
-        return b.op("GlobalAveragePool", a.input.name)
-    size_in = concrete(op, "input size", size_in)
-    if any(i % o for i, o in zip(size_in, size_out)):
-        raise unsupported(op, f"pooling {list(size_in)} to {list(size_out)} (not a whole multiple)",
-                          "choose an input size that is a multiple of the output size")
-    kernel = [i // o for i, o in zip(size_in, size_out)]
-    return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=kernel)
-
-
 # -- normalisation ---------------------------------------------------------------------------
 @export_rule("batch_norm")
 def _batch_norm(b, op, a, out):

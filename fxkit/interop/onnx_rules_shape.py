@@ -92,7 +92,9 @@ def _same(x, y):
 @export_rule("getitem")
 def _getitem(b, op, a, out):
     if isinstance(a.a, (tuple, list)):
-        return a.a[a.index].name  # an element of a tuple of results (chunk, split, a layer's outputs)
+        # an element of a tuple of results (chunk, split, a layer's outputs), itself maybe a tuple (LSTM's (h, c))
+        picked = a.a[a.index]
+        return picked.name if isinstance(picked, Value) else picked
     x, items = a.a, a.index if isinstance(a.index, tuple) else (a.index,)
     if sum(isinstance(i, Value) for i in items) > 1 or any(isinstance(i, (list, tuple)) for i in items):
         raise unsupported(op, "indexing with several index tensors or lists", "index one dimension at a time")
@@ -281,3 +283,24 @@ def _roll(b, op, a, out):
         d = axis(dim, len(shape))
         x = _roll_dim(b, x, int(shift), d, shape[d])
     return x
+
+
+@export_rule("swapaxes", "swapdims")
+def _swapaxes(b, op, a, out):
+    rank = len(out.shape)
+    first, second = (a.axis0, a.axis1) if op.name == "swapaxes" else (a.dim0, a.dim1)
+    perm = list(range(rank))
+    if rank:
+        d0, d1 = axis(first, rank), axis(second, rank)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    return b.op("Transpose", a.a.name, perm=perm) if perm != sorted(perm) else a.a.name
+
+
+@export_rule("unbind")
+def _unbind(b, op, a, out):
+    rank = len(out[0].shape) + 1
+    dim = axis(a.dim, rank)
+    if len(out) == 1:
+        return (b.op("Squeeze", a.a.name, b.ints([dim])),)
+    pieces = b.op("Split", a.a.name, b.ints([1] * len(out)), axis=dim, outputs=len(out))
+    return tuple(b.op("Squeeze", p, b.ints([dim])) for p in pieces)

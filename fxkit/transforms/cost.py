@@ -166,7 +166,7 @@ FLOP_RULES = {
     # integer multiply-adds count like float ones: the same work in another number format
     get_op("quantized_linear"): _contracting(0), get_op("quantized_conv2d"): _conv,
     get_op("max_pool2d"): _window, get_op("avg_pool2d"): _window,
-    get_op("adaptive_avg_pool2d"): _input_elements,
+    get_op("adaptive_avg_pool2d"): _input_elements, get_op("adaptive_max_pool2d"): _input_elements,
     get_op("batch_norm"): _batch_norm,
     # mean, variance, normalise, scale, shift.
     get_op("layer_norm"): _per_element(5), get_op("group_norm"): _per_element(5),

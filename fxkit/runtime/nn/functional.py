@@ -18,7 +18,7 @@ __all__ = [
     # linear and convolution
     "linear", "conv1d", "conv2d", "conv_transpose2d",
     # pooling and resampling
-    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "interpolate", "pad",
+    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "interpolate", "pad",
     # normalisation, dropout, embeddings
     "batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "dropout", "dropout2d", "embedding",
     "one_hot",
