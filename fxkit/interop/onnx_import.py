@@ -81,7 +81,8 @@ def from_onnx(source):
         import onnx
     except ImportError:
         raise ImportError("fxkit.from_onnx needs the onnx package: pip install 'fxkit[onnx]'") from None
-    from fxkit.interop import onnx_import_index, onnx_import_resample, onnx_import_shape  # noqa: F401  (fill the table)
+    from fxkit.interop import (  # noqa: F401  (fill the table)
+        onnx_import_index, onnx_import_nn, onnx_import_resample, onnx_import_rnn, onnx_import_shape)
     from fxkit.interop.onnx_import_rules import IMPORT_RULES
 
     model = _load(onnx, source)

@@ -15,7 +15,7 @@ import numpy as np
 
 from fxkit.interop.onnx_rules import concrete, export_rule, unsupported
 from fxkit.runtime import dtypes as _dt
-from fxkit.runtime.ops.pooling import _adaptive_matrix, adaptive_bounds
+from fxkit.runtime.ops.pooling import adaptive_matrix, adaptive_bounds
 
 
 def _adaptive_sizes(op, a, out):
@@ -33,8 +33,8 @@ def _adaptive_avg_pool(b, op, a, out):
         kernel = [i // o for i, o in zip(size_in, size_out)]
         return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=kernel)
     dtype = out.dtype
-    rows = b.const(_adaptive_matrix(size_in[0], size_out[0], np.float64), dtype)
-    cols = b.const(_adaptive_matrix(size_in[1], size_out[1], np.float64).T, dtype)
+    rows = b.const(adaptive_matrix(size_in[0], size_out[0], np.float64), dtype)
+    cols = b.const(adaptive_matrix(size_in[1], size_out[1], np.float64).T, dtype)
     return b.op("MatMul", rows, b.op("MatMul", a.input.name, cols))
 
 
@@ -42,17 +42,17 @@ def _adaptive_avg_pool(b, op, a, out):
 def _adaptive_max_pool(b, op, a, out):
     if a.return_indices:
         raise unsupported(op, "return_indices=True", "pool without indices for export")
-    values = out
-    if tuple(values.shape[-2:]) == (1, 1):
+    if tuple(out.shape[-2:]) == (1, 1):
         return b.op("GlobalMaxPool", a.input.name)
-    size_in, size_out = _adaptive_sizes(op, a, values)
+    size_in, size_out = _adaptive_sizes(op, a, out)
     if not any(i % o for i, o in zip(size_in, size_out)):
         kernel = [i // o for i, o in zip(size_in, size_out)]
         return b.op("MaxPool", a.input.name, kernel_shape=kernel, strides=kernel)
     x = a.input.name
     for axis, (n, m) in zip((-2, -1), zip(size_in, size_out)):
-        parts = [b.reduce("ReduceMax", b.op("Slice", x, b.ints([int(s)]), b.ints([int(e)]), b.ints([axis])), [axis], True)
-                 for s, e in zip(*adaptive_bounds(n, m))]
+        windows = [b.op("Slice", x, b.ints([int(s)]), b.ints([int(e)]), b.ints([axis]))
+                   for s, e in zip(*adaptive_bounds(n, m))]
+        parts = [b.reduce("ReduceMax", w, [axis], True) for w in windows]
         x = parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=axis)
     return x
 

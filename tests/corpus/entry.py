@@ -23,13 +23,18 @@ CALIBRATION_BATCH = 8
 class CorpusModel:
     """A library model built with random weights, in eval mode.
 
-    ``make_inputs(batch, seed)`` returns the positional inputs of ``model``;
-    ``batch_dims[i]`` is the batch dimension of input ``i``.
+    ``make_inputs(batch, seed)`` returns the inputs, which bind to
+    ``model.forward``'s parameters ``input_names`` by keyword (GPT-2 takes
+    ``cache`` second, so its attention mask cannot go by position);
+    ``batch_dims[i]`` is the batch dimension of input ``i``. ``keyword_call()``
+    is the model as a module taking the inputs by position and returning its
+    output tensors as a flat tuple, for routes that take positional inputs.
     """
     name: str
     model: torch.nn.Module
     make_inputs: Callable[[int, int], tuple]
     batch_dims: tuple
+    input_names: tuple
 
     @property
     def library(self):
@@ -39,21 +44,50 @@ class CorpusModel:
     def example_inputs(self):
         return self.make_inputs(EXAMPLE_BATCH, 0)
 
+    def kwargs(self, inputs):
+        """``inputs`` by the forward parameter names they bind to."""
+        return dict(zip(self.input_names, inputs))
+
     def __call__(self, *inputs):
         """The model's outputs on ``inputs`` as a flat tuple of float64 numpy arrays (no grad)."""
         with torch.no_grad():
-            return flatten_outputs(self.model(*inputs))
+            return flatten_outputs(self.model(**self.kwargs(inputs)))
+
+    def keyword_call(self):
+        return KeywordCall(self.model, self.input_names)
+
+
+class KeywordCall(torch.nn.Module):
+    """Calls ``model`` with its inputs by keyword and returns its output tensors as a flat tuple.
+
+    torch.onnx.export's TorchScript route binds positional inputs and ``kwargs``
+    against the whole forward signature with its defaults filled in, which
+    transformers 5 models refuse (``got multiple values for argument
+    'use_cache'``) or turn into extra graph inputs (``logits_to_keep``); a call
+    by keyword avoids both. The outputs are ``flatten_outputs``'s, in order; the
+    state_dict keys gain the prefix ``model.``.
+    """
+
+    def __init__(self, model, names):
+        super().__init__()
+        self.model = model
+        self.names = tuple(names)
+
+    def forward(self, *inputs):
+        return tuple(_tensors(self.model(**dict(zip(self.names, inputs)))))
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [t for item in value if item is not None for t in _tensors(item)]
 
 
 def flatten_outputs(value):
     """Tensors of a model output (tensor, tuple, list, dict or transformers ModelOutput) as float64 arrays."""
-    if isinstance(value, torch.Tensor):
-        return (value.detach().to(torch.float64).numpy(),)
-    if isinstance(value, dict):
-        value = tuple(value.values())
-    if isinstance(value, (tuple, list)):
-        return tuple(a for item in value if item is not None for a in flatten_outputs(item))
-    raise TypeError(f"flatten_outputs: unexpected model output {type(value).__name__}")
+    return tuple(t.detach().to(torch.float64).numpy() for t in _tensors(value))
 
 
 def image_inputs(channels, size):
@@ -81,7 +115,7 @@ def token_inputs(vocab, length, names=("input_ids",)):
     return make
 
 
-def make_nondegenerate(model, make_inputs, seed=0):
+def make_nondegenerate(model, make_inputs, input_names, seed=0):
     """Give ``model`` the weights a trained model would have in spirit, then put it in eval mode.
 
     Parameters that are all near zero (zero-initialised heads and biases, 1e-6
@@ -102,7 +136,7 @@ def make_nondegenerate(model, make_inputs, seed=0):
                 m.reset_running_stats()
                 m.momentum = None
             model.train()
-            model(*make_inputs(CALIBRATION_BATCH, seed + 1000))
+            model(**dict(zip(input_names, make_inputs(CALIBRATION_BATCH, seed + 1000))))
             for m, momentum in zip(norms, saved):
                 m.momentum = momentum
     return model.eval()

@@ -26,7 +26,7 @@ def test_degenerate_outputs_are_caught():
             return torch.ones(x.shape[0], 4)
 
     entry = build(FAST[0])
-    constant = type(entry)("test/constant", Constant(), entry.make_inputs, (0,))
+    constant = type(entry)("test/constant", Constant(), entry.make_inputs, (0,), ("x",))
     with pytest.raises(AssertionError, match="change by only"):
         check_distinct(constant)
 

@@ -29,10 +29,11 @@ def _configs(transformers):
         "GPT2LMHeadModel": (transformers.GPT2Config(
             n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=64, use_cache=False,
             bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1, **common),
-            ("input_ids",)),
+            ("input_ids", "attention_mask")),
         "LlamaForCausalLM": (transformers.LlamaConfig(
             hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=2,
-            intermediate_size=FFN, max_position_embeddings=64, use_cache=False, **common), ("input_ids",)),
+            intermediate_size=FFN, max_position_embeddings=64, use_cache=False, **common),
+            ("input_ids", "attention_mask")),
         "T5ForConditionalGeneration": (transformers.T5Config(
             d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN, num_layers=LAYERS, num_decoder_layers=LAYERS,
             num_heads=HEADS, use_cache=False, **common), ("input_ids", "attention_mask", "decoder_input_ids")),
@@ -56,7 +57,9 @@ def build_transformers(arch):
     config, input_names = _configs(transformers)[arch]
     torch.manual_seed(0)
     model = getattr(transformers, arch)(config)
-    make_inputs = image_inputs(3, 32) if input_names is None else token_inputs(VOCAB, LENGTH, input_names)
-    make_nondegenerate(model, make_inputs)
-    return CorpusModel(f"transformers/{arch}", model, make_inputs, (0,) * (1 if input_names is None else
-                                                                             len(input_names)))
+    if input_names is None:
+        make_inputs, input_names = image_inputs(3, 32), ("pixel_values",)
+    else:
+        make_inputs = token_inputs(VOCAB, LENGTH, input_names)
+    make_nondegenerate(model, make_inputs, input_names)
+    return CorpusModel(f"transformers/{arch}", model, make_inputs, (0,) * len(input_names), input_names)

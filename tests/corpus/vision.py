@@ -5,6 +5,8 @@ and default head, random weights made non-degenerate (see ``entry``). Sizes
 are the smallest that keep every stage non-trivial: swin_t at 64 pads its
 7x7 windows, inception_v3 needs at least 75 pixels.
 """
+import inspect
+
 import torch
 
 from tests.corpus.entry import CorpusModel, image_inputs, make_nondegenerate
@@ -41,8 +43,9 @@ TIMM = {
 
 def _finish(name, model, size):
     make_inputs = image_inputs(3, size)
-    make_nondegenerate(model, make_inputs)
-    return CorpusModel(name, model, make_inputs, (0,))
+    names = (next(iter(inspect.signature(model.forward).parameters)),)  # "x" in both libraries
+    make_nondegenerate(model, make_inputs, names)
+    return CorpusModel(name, model, make_inputs, (0,), names)
 
 
 def build_torchvision(arch):

@@ -367,3 +367,18 @@ def test_instancenorm_train_then_eval(rng, cls, shape, kwargs):
     fx_in.eval()
     ref_in.eval()
     check_layer(fx_in, ref_in, rand(rng, *shape))
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_mha_without_weights_and_masks(rng, mask_kind):
+    fx_mha, ref_mha = _mha_pair(embed_dim=8, num_heads=2, batch_first=True)
+    n, tgt, src = 3, 4, 6
+    attn_mask = np.triu(np.ones((tgt, src), dtype=bool), k=3)
+    padding = np.zeros((n, src), dtype=bool)
+    padding[:, -2:] = True
+    if mask_kind == "float":
+        attn_mask, padding = (np.where(m, -np.inf, 0).astype(np.float32) for m in (attn_mask, padding))
+    (out, w), (ref, _) = _run_mha(fx_mha, ref_mha, rand(rng, n, tgt, 8), rand(rng, n, src, 8), rand(rng, n, src, 8),
+                                  attn_mask=attn_mask, key_padding_mask=padding, need_weights=False)
+    assert w is None
+    assert_close(out, ref)

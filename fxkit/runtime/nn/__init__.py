@@ -19,11 +19,11 @@ from fxkit.runtime.nn.normalization import (BatchNorm1d, BatchNorm2d, GroupNorm,
                                             LayerNorm, RMSNorm)
 from fxkit.runtime.nn.parameter import Parameter
 from fxkit.runtime.nn.pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
+from fxkit.runtime.nn.rnn import GRU, LSTM
 
 __all__ = ["functional", "init", "Module", "Parameter", "IncompatibleKeys", "Linear", "Identity",
            "NonDynamicallyQuantizableLinear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm",
            "RMSNorm", "InstanceNorm1d", "InstanceNorm2d", "Embedding",
            "ReLU", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax",
-           "LogSoftmax", "MaxPool2d", "AvgPool2d",
-           "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Dropout", "Dropout2d", "Flatten", "Sequential", "ModuleList", "ModuleDict",
-           "MultiheadAttention"]
+           "LogSoftmax", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Dropout", "Dropout2d",
+           "Flatten", "Sequential", "ModuleList", "ModuleDict", "MultiheadAttention", "LSTM", "GRU"]

@@ -22,6 +22,8 @@ __all__ = [
     # normalisation, dropout, embeddings
     "batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "dropout", "dropout2d", "embedding",
     "one_hot",
+    # attention
+    "scaled_dot_product_attention",
     # losses
     "cross_entropy", "nll_loss", "mse_loss",
 ]

@@ -15,6 +15,7 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     unbind,
     rearrange,
     norm_ops,
+    attention,
     loss_ops,
     nn_misc_ops,
     conv,

@@ -7,7 +7,7 @@ boolean tensor, or None for the whole dimension (ATen's form). It indexes as
 ``x[indices]`` does, with the same PyTorch rules (`indexing.torch_index`), so
 ``x.index_put_(indices, v)`` and ``x[indices] = v`` write the same elements.
 """
-from fxkit.errors import DTypeError, ShapeError
+from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
@@ -56,15 +56,22 @@ def _index_put_rule(a, indices, values, accumulate=False):
     return TensorMeta(tuple(a.shape), a.dtype, a.device)
 
 
-def _as_integers(xp, items):
+def _as_integers(xp, items, shape):
     """Boolean masks become the integer indices of their True entries (``ufunc.at`` wants
-    integers); a mask over k dimensions becomes k index arrays."""
+    integers); a mask over k dimensions becomes k index arrays, and must have their sizes."""
     out = []
+    pos = 0
     for i in items:
         if getattr(getattr(i, "dtype", None), "kind", "") == "b":
+            covered = tuple(shape[pos:pos + i.ndim])
+            if tuple(i.shape) != covered:
+                raise IndexOutOfRangeError(f"index_put: the shape of the mask {list(i.shape)} at index {pos} does not "
+                                           f"match the shape of the indexed tensor {list(shape)} at index {pos}")
             out.extend(xp.nonzero(i))
+            pos += i.ndim
         else:
             out.append(i)
+            pos += 0 if i is None else 1
     return tuple(out)
 
 
@@ -95,7 +102,7 @@ def index_put(xp, a, indices, values, accumulate=False):
                 out[first][second] = values
             return out
         view = out if second is None else out[first]
-        where = _as_integers(xp, first if second is None else second)
+        where = _as_integers(xp, first if second is None else second, view.shape)
         target = view[where].shape
         combine_at(xp, "add", view, where, xp.broadcast_to(xp.asarray(values, a.dtype), target))
     except IndexError as exc:

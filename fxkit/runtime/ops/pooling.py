@@ -234,7 +234,7 @@ def _adaptive_avg_pool2d_rule(input, output_size):
     return TensorMeta(_adaptive_geometry(input, output_size), input.dtype, input.device)
 
 
-def _adaptive_matrix(size, out, dtype):
+def adaptive_matrix(size, out, dtype):
     """``(out, size)`` averaging matrix: row o averages PyTorch's window
     ``[floor(o * size / out), ceil((o + 1) * size / out))``."""
     start, end = adaptive_bounds(size, out)
@@ -277,8 +277,8 @@ def adaptive_avg_pool2d(xp, input, output_size):
     if oh and ow and h % oh == 0 and w % ow == 0:
         lead = input.shape[:-2]
         return input.reshape(*lead, oh, h // oh, ow, w // ow).mean(axis=(-3, -1))
-    rows = xp.asarray(_adaptive_matrix(h, oh, input.dtype))
-    cols = xp.asarray(_adaptive_matrix(w, ow, input.dtype).T)
+    rows = xp.asarray(adaptive_matrix(h, oh, input.dtype))
+    cols = xp.asarray(adaptive_matrix(w, ow, input.dtype).T)
     return xp.matmul(rows, xp.matmul(input, cols))
 
 

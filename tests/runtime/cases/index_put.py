@@ -54,8 +54,6 @@ case("index_put", lambda r: ((randf(r, 3, 4), (randf(r, 3, 4) > 0,), randf(r, 1)
                              {"accumulate": True}), torch_ref(_torch_index_put), id="torch_bool_mask_accumulate")
 case("index_put", lambda r: ((randi(r, 4, 3), (np.array([-1, 0]),), randi(r, 3)), {}),
      torch_ref(_torch_index_put), id="torch_int64_negative")
-case("index_put", lambda r: ((randf(r, 2, 4, 3), (None, np.array([3, 0])), randf(r, 2, 2, 3)), {}), _put,
-     id="none_entry")
 
 case("scatter", lambda r: ((randf(r, 3, 5), 1, randi(r, 3, 4, low=0, high=5), randf(r, 3, 4)),
                            {"reduce": "add"}), _scatter_reduce, id="reduce_add")
