@@ -19,6 +19,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.dims import int_arg, single_dim
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND
 
 # ``torch.return_types.sort`` / ``topk``: ``values, indices = x.sort()``.
 SortResult = namedtuple("sort", ("values", "indices"))
@@ -34,6 +35,8 @@ def _check_flag(name, what, value):
 
 def _order(xp, a, axis, descending):
     """The int64 indices that sort ``a`` along ``axis`` stably (ascending, or descending)."""
+    if a.dtype.kind == BFLOAT16_KIND:  # ml_dtypes' bfloat16 sorts NaN anywhere: order the exact float32 copy
+        a = a.astype(np.float32)
     if not descending:
         return xp.argsort(a, axis=axis, kind="stable").astype(np.int64, copy=False)
     n = a.shape[axis]
