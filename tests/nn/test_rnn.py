@@ -116,7 +116,7 @@ class _Tagger(nn.Module):
         return self.head(out), last
 
 
-def test_traced_as_leaves_then_shapes_compile_and_onnx(rng):
+def test_traced_as_leaves_with_a_symbolic_batch(rng):
     fxkit.manual_seed(0)
     model = _Tagger().eval()
     gm = fxkit.symbolic_trace(model)
@@ -130,6 +130,13 @@ def test_traced_as_leaves_then_shapes_compile_and_onnx(rng):
     shaped = infer_shapes(gm, (("N", 7), fxkit.int64))
     logits, last = shaped.graph.output_node().meta["tensor_meta"]
     assert [str(d) for d in logits.shape] == ["N", "7", "3"] and [str(d) for d in last.shape] == ["1", "N", "4"]
+
+
+@pytest.mark.slow
+def test_compiled_and_exported_to_onnx(rng):
+    fxkit.manual_seed(0)
+    model = _Tagger().eval()
+    tokens = fxkit.from_numpy(rng.integers(0, 11, (2, 7)))
     compiled = fxkit.compile(model, backend="numpy", example_inputs=(tokens,))
     for got, want in zip(compiled(tokens), model(tokens)):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
@@ -149,3 +156,14 @@ def test_from_torch_converts_the_layers():
     assert isinstance(model[0], nn.GRU) and not model[0].bias
     x = np.random.default_rng(0).standard_normal((4, 2, 5)).astype(np.float32)
     _close(model[0](fx(x)), reference[0](th(x)))
+
+
+def test_save_and_load_keep_the_layers(tmp_path, rng):
+    model = _Tagger().eval()
+    gm = fxkit.symbolic_trace(model)
+    fxkit.save(gm, tmp_path / "tagger")
+    loaded = fxkit.load(tmp_path / "tagger")
+    assert isinstance(loaded.lstm, nn.LSTM) and loaded.lstm.bidirectional and loaded.lstm.num_layers == 2
+    tokens = fxkit.from_numpy(rng.integers(0, 11, (2, 7)))
+    for got, want in zip(loaded(tokens), model(tokens)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
