@@ -42,8 +42,8 @@ def _params(names):
 def imported(name):
     entry = build(name)
     batch = torch.export.Dim("N", min=1, max=64)
-    dynamic = tuple({dim: batch} for dim in entry.batch_dims)
-    return entry, fxkit.from_torch(entry.model, entry.example_inputs, dynamic_shapes=dynamic)
+    dynamic = {name: {dim: batch} for name, dim in zip(entry.input_names, entry.batch_dims)}
+    return entry, fxkit.from_torch(entry.model, entry.kwargs(entry.example_inputs), dynamic_shapes=dynamic)
 
 
 def _flat(value):
@@ -60,7 +60,7 @@ def test_corpus_model_matches_torch_at_two_batch_sizes(name):
     for batch, seed in ((2, 5), (3, 6)):
         inputs = entry.make_inputs(batch, seed)
         expected = entry(*inputs)
-        actual = _flat(gm(*(fxkit.from_numpy(x.numpy()) for x in inputs)))
+        actual = _flat(gm(**{k: fxkit.from_numpy(x.numpy()) for k, x in entry.kwargs(inputs).items()}))
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected):
             assert a.shape == e.shape
