@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 import fxkit  # noqa: E402
 from fxkit.interop.torch_export import input_specs  # noqa: E402
+from fxkit.runtime.meta import TensorMeta  # noqa: E402
 from fxkit.transforms.infer_shapes import infer_shapes  # noqa: E402
 from fxkit.transforms.symbolic import Sym  # noqa: E402
 
@@ -72,7 +73,7 @@ def test_corpus_model_has_symbolic_batch_names_and_module_paths(name):
     entry, gm = imported(name)
     infer_shapes(gm, *input_specs(gm))
     outputs = gm.graph.output_node().meta["tensor_meta"]
-    first = outputs if isinstance(outputs, fxkit.runtime.meta.TensorMeta) else _first_meta(outputs)
+    first = _first_meta(outputs)
     assert first.shape[entry.batch_dims[0]] == Sym.symbol("N")
     state = set(entry.model.state_dict())
     attrs = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
@@ -84,6 +85,8 @@ def test_corpus_model_has_symbolic_batch_names_and_module_paths(name):
 
 
 def _first_meta(value):
+    if isinstance(value, TensorMeta):
+        return value
     if isinstance(value, dict):
         value = tuple(value.values())
     if isinstance(value, (tuple, list)):

@@ -66,6 +66,8 @@ def location(torch_node):
     """``meta["stack"]`` for nodes made from ``torch_node``: its last recorded frame and module path."""
     stack = torch_node.meta.get("nn_module_stack") or {}
     path = next(reversed(stack.values()))[0] if stack else ""
+    if path.startswith("_empty_nn_module_stack"):  # torch's marker on nodes its own passes inserted
+        path = ""
     frames = _FRAME.findall(torch_node.meta.get("stack_trace") or "")
     if not frames:
         return SourceLocation("", 0, "", "", path) if path else None
