@@ -162,6 +162,13 @@ class Node:
         """The user's source location recorded by the tracer, or None."""
         return self.meta.get("stack")
 
+    @property
+    def module_path(self):
+        """The qualified name of the imported model's submodule this node came from (``"layer1.0.conv1"``),
+        or ``""`` (traced fxkit code, or the model's own top level)."""
+        stack = self.meta.get("stack")
+        return getattr(stack, "module", "") or ""
+
     # -- editing ---------------------------------------------------------------
     def replace_all_uses_with(self, new, delete_user_cb=None, propagate_meta=False):
         """Make every user of this node read ``new`` instead.

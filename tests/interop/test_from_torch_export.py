@@ -164,3 +164,28 @@ def test_buffer_updates_are_refused_with_the_buffer_named():
 def test_dynamic_shapes_need_example_inputs():
     with pytest.raises(TypeError, match="pass example_inputs too"):
         fxkit.from_torch(C.Views(), dynamic_shapes=({0: N},))
+
+
+def test_summary_and_split_pipeline_show_the_torch_modules():
+    import io
+
+    import numpy as np
+    from rich.console import Console
+
+    from fxkit.transforms.cost import summary
+    from fxkit.transforms.split_pipeline import split_pipeline
+
+    torch.manual_seed(0)
+    model = C.Buffers().eval()
+    gm = _import(model, (C.random(3, 6),), ({0: N},))
+    console = Console(file=io.StringIO(), width=200)
+    summary(gm, *input_specs(gm), console=console)
+    shown = console.file.getvalue()
+    assert "module" in shown.splitlines()[2]
+    assert next(line for line in shown.splitlines() if " linear_1 " in line).split("│")[2].strip() == "blocks.1"
+    console = Console(file=io.StringIO(), width=200)
+    parent = split_pipeline(gm, [(4, 6)], n_stages=2, console=console)
+    assert "(blocks.0)" in console.file.getvalue() or "(blocks.1)" in console.file.getvalue()
+    x = C.random(4, 6, seed=3)
+    expected, actual = gm(fxkit.from_numpy(x.numpy())), parent(fxkit.from_numpy(x.numpy()))
+    np.testing.assert_array_equal(actual.numpy(), expected.numpy())
