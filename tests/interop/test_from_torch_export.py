@@ -189,3 +189,11 @@ def test_summary_and_split_pipeline_show_the_torch_modules():
     x = C.random(4, 6, seed=3)
     expected, actual = gm(fxkit.from_numpy(x.numpy())), parent(fxkit.from_numpy(x.numpy()))
     np.testing.assert_array_equal(actual.numpy(), expected.numpy())
+
+
+def test_no_grad_and_autocast_regions_are_inlined():
+    torch.manual_seed(0)
+    model = C.Regions().eval()
+    gm = _import(model, (C.random(2, 3),))
+    assert gm.graph.find_nodes(op="call", target=fxkit.ops.linear)
+    assert C.compare(model, gm, (C.random(2, 3, seed=1),)) < TOLERANCE

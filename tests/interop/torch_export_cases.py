@@ -124,3 +124,18 @@ def compare(torch_module, fx_module, inputs):
 
 def random(*shape, seed=0):
     return torch.from_numpy(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+class Regions(tnn.Module):
+    """``torch.no_grad()`` and disabled-autocast regions, which torch.export records as higher-order ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = tnn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            y = self.fc(x) * 2
+        with torch.autocast("cpu", enabled=False):
+            z = y.float() + 1
+        return z + x

@@ -19,7 +19,7 @@ import warnings
 
 from fxkit.errors import TraceError, format_error
 from fxkit.interop.torch_export.aten_table import ATEN, DROPPED
-from fxkit.interop.torch_export.convert import functional_spelling, rule_of, target_name
+from fxkit.interop.torch_export.convert import INLINED, functional_spelling, rule_of, target_name
 from fxkit.runtime.registry import all_ops
 
 def decomposition_table(torch):
@@ -50,11 +50,12 @@ def needs_decomposition(program):
     functionalisation and decompositions.
     """
     registered = {op.name for op in all_ops()}
-    for node in program.graph.nodes:
+    nodes = [n for module in program.graph_module.modules() if hasattr(module, "graph") for n in module.graph.nodes]
+    for node in nodes:
         if node.op != "call_function":
             continue
         spelling = target_name(node.target)
-        if spelling in DROPPED or spelling == "operator.getitem":
+        if spelling in DROPPED or spelling in INLINED or spelling == "operator.getitem":
             continue
         if rule_of(spelling, registered) is None:
             return True

@@ -29,6 +29,8 @@ from fxkit.transforms.shape_prop import record_meta
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 _TABLE_FILE = "fxkit/interop/torch_export/aten_table.py"
+# Higher-order ops whose region body is recorded in their place (see `_inlined`).
+INLINED = ("torch.ops.higher_order.wrap_with_set_grad_enabled", "torch.ops.higher_order.wrap_with_autocast")
 
 
 def target_name(target):
@@ -97,11 +99,6 @@ class Emitter:
             return None
         return torch_dtype(self._converter.vals[x].dtype)
 
-    def size(self, x, dim):
-        size = self._converter.vals[x].shape[dim]
-        if not isinstance(size, int):
-            raise GraphError(f"dimension {dim} is symbolic ({size}) where a fixed size is needed")
-        return size
 
 
 class Converter:
@@ -130,6 +127,8 @@ class Converter:
             self._where = location(n)
             if n.op == "placeholder":
                 self.env[n] = self._placeholder(n)
+            elif n.op == "get_attr":  # the body of a region (``with torch.no_grad():``)
+                self.env[n] = _Body(getattr(self.program.graph_module, n.target))
             elif n.op == "call_function":
                 self.env[n] = self._call(n)
             elif n.op == "output":
@@ -164,6 +163,9 @@ class Converter:
         if spelling == "_operator.getitem" or spelling == "operator.getitem":
             base, index = args
             return base[index] if isinstance(base, (tuple, list)) else self.record(get_op("getitem"), args, {})
+        body = next((a for a in args if isinstance(a, _Body)), None)
+        if body is not None and _inlined(spelling, args):
+            return self._inline(body.module, args[args.index(body) + 1:])
         rule = rule_of(spelling, self.registered)
         if rule is None:
             raise self._unmapped(n, spelling)
@@ -186,6 +188,26 @@ class Converter:
                 if r is not None and isinstance(v, self.torch.Tensor):
                     self.vals.setdefault(r, v)
         return result
+
+    def _inline(self, module, operands):
+        """The nodes of a region's body graph, recorded in place of the region; its outputs as a tuple."""
+        outer = self.env
+        self.env = {}
+        try:
+            placeholders = iter(operands)
+            for n in module.graph.nodes:
+                self._where = location(n) or self._where
+                if n.op == "placeholder":
+                    self.env[n] = next(placeholders)
+                elif n.op == "get_attr":
+                    self.env[n] = _Body(getattr(module, n.target))
+                elif n.op == "call_function":
+                    self.env[n] = self._call(n)
+                elif n.op == "output":
+                    return tuple(self._arg(v) for v in n.args[0])
+        finally:
+            self.env = outer
+        raise GraphError(f"fxkit.from_torch: the region body {type(module).__name__} has no output")
 
     def _unmapped(self, n, spelling):
         path = self._where.module if self._where and self._where.module else "the top-level module"
@@ -260,6 +282,23 @@ class Converter:
         if isinstance(value, (torch.memory_format, torch.layout)):
             return None
         return value
+
+
+class _Body:
+    """A region's body (a torch.fx ``GraphModule`` a higher-order op runs)."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module):
+        self.module = module
+
+
+def _inlined(spelling, args):
+    """Whether a higher-order op's region computes exactly its body: ``no_grad``/``enable_grad`` regions,
+    and ``autocast`` regions that disable autocasting."""
+    if spelling == INLINED[0]:
+        return True
+    return spelling == INLINED[1] and len(args) > 2 and args[2] is False
 
 
 class _Lifted:
