@@ -150,6 +150,10 @@ ATEN = {
     "aten.clamp_min.default":           lambda c, x, low: c("clamp", x, min=low),
     "aten.clamp_max.default":           lambda c, x, high: c("clamp", x, max=high),
     "aten.where.self":                  "where",
+    "aten.where.ScalarSelf":            "where",
+    "aten.where.ScalarOther":           "where",
+    "aten.where.Scalar":                "where",
+    "aten.square.default":              lambda c, x: c("pow", x, 2),
     "aten.masked_fill.Scalar":          "masked_fill",
     "aten.masked_fill.Tensor":          "masked_fill",
     "aten.isnan.default":               "isnan",
@@ -193,6 +197,7 @@ ATEN = {
     "aten.log_softmax.int":             "log_softmax",
     "aten._log_softmax.default":        lambda c, x, dim, half_to_float: c("log_softmax", x, dim),
     "aten.dropout.default":             lambda c, x, p, train: c("dropout", x, p, train),
+    "aten.native_dropout.default":      lambda c, x, p, train: (c("dropout", x, p, bool(train)), None),
     # -- reductions ---------------------------------------------------------------------------
     "aten.sum.default":                 "sum",
     "aten.sum.dim_IntList":             "sum",
@@ -215,6 +220,8 @@ ATEN = {
     "aten.var.correction":              "var",
     "aten.std.correction":              "std",
     "aten.logsumexp.default":           "logsumexp",
+    "aten.linalg_vector_norm.default":  lambda c, x, ord=2, dim=None, keepdim=False, dtype=None:
+                                            c("norm", x, ord, dim, keepdim, dtype=dtype),
     "aten.cumsum.default":              "cumsum",
     "aten.diff.default":                _diff,
     "aten.sort.default":                "sort",
@@ -270,13 +277,16 @@ ATEN = {
     "aten.upsample_trilinear3d.vec":    lambda c, x, size, align, scales:
                                             c("interpolate", x, size, scales, "trilinear", align),
     "aten.constant_pad_nd.default":     lambda c, x, pad, value=0: c("pad", x, pad, "constant", value),
+    "aten.pad.default":                 "pad",
     # -- views and layout ---------------------------------------------------------------------
     "aten.view.default":                lambda c, x, size: c("reshape", x, *size),  # NOTE: fxkit's strides
     "aten._unsafe_view.default":        lambda c, x, size: c("reshape", x, *size),  # may differ from torch's
     "aten.reshape.default":             lambda c, x, size: c("reshape", x, *size),
     "aten.expand.default":              lambda c, x, size, implicit=False: c("expand", x, *size),
+    "aten.expand_as.default":           lambda c, x, other: c("expand", x, c("size", other)),
     "aten.permute.default":             lambda c, x, dims: c("permute", x, *dims),
     "aten.transpose.int":               "transpose",
+    "aten.swapaxes.default":            "swapaxes",
     "aten.t.default":                   "t",
     "aten.unsqueeze.default":           "unsqueeze",
     "aten.squeeze.default":             "squeeze",
@@ -307,6 +317,7 @@ ATEN = {
     "aten.cat.default":                 "cat",
     "aten.stack.default":               "stack",
     "aten.repeat.default":              lambda c, x, sizes: c("repeat", x, *sizes),
+    "aten.tile.default":                lambda c, x, dims: c("tile", x, *dims),
     "aten.flip.default":                lambda c, x, dims: c("flip", x, dims=tuple(dims)),
     "aten.roll.default":                "roll",
     "aten.tril.default":                "tril",
