@@ -250,7 +250,8 @@ class Converter:
         value = self.program.state_dict.get(spec.target)
         if value is None:
             value = self.program.constants[spec.target]
-        qualname = self._constant_name(spec.target) if spec.target.startswith("lifted_tensor") else spec.target
+        owner, _, leaf = spec.target.rpartition(".")
+        qualname = self._constant_name(owner) if leaf.startswith("lifted_tensor") else spec.target
         array = to_numpy(value, qualname)
         is_param = spec.kind.name == "PARAMETER"
         self.root[qualname] = Parameter(array, requires_grad=value.requires_grad) if is_param else Tensor(array)
@@ -260,9 +261,10 @@ class Converter:
         self.vals[node] = placeholder.meta["val"]
         return node
 
-    def _constant_name(self, target):
-        """``<module path>._tensor_constant<k>`` for a tensor torch.export lifted out of a forward."""
-        path = self._where.module if self._where is not None else ""
+    def _constant_name(self, owner):
+        """``<module path>._tensor_constant<k>`` for a tensor torch.export lifted out of a forward
+        (``owner``: the module torch names, else the module of the node reading it)."""
+        path = owner or (self._where.module if self._where is not None else "")
         k = self.constants[path] = self.constants.get(path, -1) + 1
         return f"{path}._tensor_constant{k}" if path else f"_tensor_constant{k}"
 
