@@ -93,6 +93,16 @@ def test_nodes_carry_the_torch_module_path_and_source_line():
     assert str(linear[0].stack).endswith("(module qkv)")
 
 
+def test_save_and_load_keep_the_import_and_its_module_paths(tmp_path):
+    torch.manual_seed(0)
+    model = C.Attention().eval()
+    gm = _import(model, _attention_inputs(2, 8, 0), ({0: N, 1: S}, {0: N, 1: S}))
+    fxkit.save(gm, tmp_path / "attention")
+    loaded = fxkit.load(tmp_path / "attention")
+    assert [n.stack for n in loaded.graph.nodes] == [n.stack for n in gm.graph.nodes]
+    assert C.compare(model, loaded, _attention_inputs(3, 5, 1)) < TOLERANCE
+
+
 @pytest.mark.slow
 def test_convnet_with_batch_norm_keeps_composites_whole():
     torch.manual_seed(0)
