@@ -59,6 +59,11 @@ def _diff(c, x, n=1, dim=-1, prepend=None, append=None):
     return x
 
 
+def _hardtanh(c, x, low=-1.0, high=1.0):
+    """``F.relu6`` reaches ATen as ``hardtanh(x, 0, 6)``: it comes back as ``relu6``."""
+    return c("relu6", x) if (low, high) == (0, 6) else c("clamp", x, low, high)
+
+
 def _convolution(c, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         return c("conv_transpose2d", x, w, b, stride, padding, output_padding, groups, dilation)
@@ -187,7 +192,7 @@ ATEN = {
     "aten.silu.default":                "silu",
     "aten.gelu.default":                "gelu",
     "aten.leaky_relu.default":          "leaky_relu",
-    "aten.hardtanh.default":            lambda c, x, low=-1.0, high=1.0: c("clamp", x, low, high),
+    "aten.hardtanh.default":            _hardtanh,
     "aten.relu6.default":               "relu6",
     "aten.hardswish.default":           "hardswish",
     "aten.hardsigmoid.default":         "hardsigmoid",
