@@ -65,7 +65,10 @@ def needs_decomposition(program):
 
 
 def _replaceable_in_place(node):
-    """Whether the tensor an in-place op writes is a fresh computed value only this op reads."""
+    """Whether the tensor an in-place op writes is a fresh computed value only this op reads,
+    or the op writes nothing (``Dropout(inplace=True)`` in eval mode)."""
+    if target_name(node.target) == "aten.dropout_.default" and node.args[2:3] == (False,):
+        return True
     written = node.args[0] if node.args else None
     producer = getattr(written, "target", None)
     return (getattr(written, "op", None) == "call_function" and len(written.users) == 1
