@@ -16,7 +16,7 @@ Example:
     >>> gm = import_program(torch, model, (x,), ({0: N},))
     >>> fxkit.transforms.infer_shapes(gm, *input_specs(gm))
 """
-from fxkit.interop.torch_export.capture import capture
+from fxkit.interop.torch_export.capture import capture as capture_program
 from fxkit.interop.torch_export.convert import Converter
 from fxkit.interop.torch_export.symbols import dim_names
 
@@ -24,7 +24,7 @@ from fxkit.interop.torch_export.symbols import dim_names
 def import_program(torch, model, example_inputs, dynamic_shapes=None):
     """``model`` captured by torch.export on ``example_inputs`` and rebuilt as a `GraphModule`."""
     args, kwargs = split_inputs(torch, example_inputs)
-    program = capture(torch, model, args, kwargs, dynamic_shapes)
+    program = capture_program(torch, model, args, kwargs, dynamic_shapes)
     return Converter(torch, model, program, dim_names(torch, program, dynamic_shapes)).run()
 
 

@@ -10,11 +10,12 @@ sizes (``operator.mul`` of two ``sym_size`` results) and for runtime checks
 that fxkit drops (``DROPPED``), because torch.export already proved them for
 every size the dynamic dims allow.
 
-An entry naming a registry op that is not registered is not preserved:
-`capture.decomposition_table` lets torch decompose that overload into ops
-that are here. Function rules record only ops the registry has. Arguments reach the rules converted: nodes are fxkit nodes,
-dtypes fxkit dtypes, devices strings; ``c.rank(x)``, ``c.shape(x)`` and
-``c.dtype(x)`` read what torch recorded for a node.
+An entry naming a registry op that is not registered counts as missing:
+torch decomposes that overload into ops that are here (`capture`). Function
+rules record only ops the registry has. In-place overloads (``relu_``) use
+their out-of-place twin's entry. Arguments reach the rules converted: nodes
+are fxkit nodes, dtypes fxkit dtypes, devices strings; ``c.rank(x)``,
+``c.shape(x)`` and ``c.dtype(x)`` read what torch recorded for a node.
 """
 _ALL = slice(None)
 
