@@ -149,6 +149,8 @@ ATEN = {
     "aten.round.default":               "round",
     "aten.maximum.default":             "maximum",
     "aten.minimum.default":             "minimum",
+    "aten.max.other":                   "maximum",
+    "aten.min.other":                   "minimum",
     "aten.lerp.Scalar":                 "lerp",
     "aten.lerp.Tensor":                 "lerp",
     "aten.clamp.default":               "clamp",
@@ -341,6 +343,10 @@ ATEN = {
     "aten.to.dtype":                    lambda c, x, dtype, non_blocking=False, copy=False, memory_format=None:
                                             _to(c, x, dtype),
     "aten.to.dtype_layout":             lambda c, x, **kw: _to(c, x, kw.get("dtype")),
+    "aten.to.device":                   lambda c, x, device, dtype, non_blocking=False, copy=False, memory_format=None:
+                                            _to(c, x, dtype),
+    "aten.to.other":                    lambda c, x, other, non_blocking=False, copy=False, memory_format=None:
+                                            _to(c, x, c.dtype(other)),
     "aten.type_as.default":             lambda c, x, other: _to(c, x, c.dtype(other)),
     "aten.zeros.default":               _factory("zeros"),
     "aten.ones.default":                _factory("ones"),
