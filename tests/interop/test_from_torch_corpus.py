@@ -25,18 +25,10 @@ from fxkit.transforms.infer_shapes import infer_shapes  # noqa: E402
 from fxkit.transforms.symbolic import Sym  # noqa: E402
 
 TOLERANCE = 1e-4
-# Corpus models the torch.export route does not import yet, with the reason (see the README).
-KNOWN_FAILURES = {}
 
 
 def _params(names):
-    params = []
-    for name in names:
-        marks = [] if name in FAST else [pytest.mark.slow]
-        if name in KNOWN_FAILURES:
-            marks.append(pytest.mark.xfail(reason=KNOWN_FAILURES[name], strict=True))
-        params.append(pytest.param(name, marks=marks))
-    return params
+    return [pytest.param(name, marks=[] if name in FAST else [pytest.mark.slow]) for name in names]
 
 
 @functools.lru_cache(maxsize=None)
