@@ -19,17 +19,23 @@ class SourceLocation(NamedTuple):
     """Where in the user's code a node came from (the tracer fills ``meta["stack"]``).
 
     ``str(loc)`` is the ``at ...`` part of fxkit's error layout:
-    ``model.py:42 in forward: y = self.fc(x)``.
+    ``model.py:42 in forward: y = self.fc(x)``. Imported models also say which
+    submodule of theirs the node belongs to (``module``, a qualified name like
+    ``"layer1.0.conv1"``), so a graph can be read and cut by layer.
     """
 
     filename: str
     lineno: int
     function: str
     line: str
+    module: str = ""
 
     def __str__(self):
-        where = f"{self.filename}:{self.lineno} in {self.function}"
-        return f"{where}: {self.line}" if self.line else where
+        where = f"{self.filename}:{self.lineno} in {self.function}" if self.filename else ""
+        where = f"{where}: {self.line}" if self.line else where
+        if self.module:
+            where = f"{where} (module {self.module})" if where else f"module {self.module}"
+        return where
 
 
 class Node:
@@ -173,6 +179,13 @@ class Node:
     def stack(self):
         """The user's source location recorded by the tracer, or None."""
         return self.meta.get("stack")
+
+    @property
+    def module_path(self):
+        """The qualified name of the imported model's submodule this node came from (``"layer1.0.conv1"``),
+        or ``""`` (traced fxkit code, or the model's own top level)."""
+        stack = self.meta.get("stack")
+        return getattr(stack, "module", "") or ""
 
     # -- editing ---------------------------------------------------------------
     def replace_all_uses_with(self, new, delete_user_cb=None, propagate_meta=False):

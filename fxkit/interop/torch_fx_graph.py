@@ -114,8 +114,9 @@ def convert_traced(torch, module):
         raise
     except Exception as exc:  # noqa: BLE001  (torch.fx raises plain exceptions on untraceable code)
         raise TraceError(f"fxkit.from_torch: torch.fx could not trace {type(module).__name__}: "
-                         f"{type(exc).__name__}: {exc}\n  hint: write its forward without data-dependent Python "
-                         f"control flow, or build it from standard layers") from exc
+                         f"{type(exc).__name__}: {exc}\n  hint: pass example_inputs to capture it with torch.export "
+                         f"instead (fxkit.from_torch(model, example_inputs)), or write its forward without "
+                         f"data-dependent Python control flow") from exc
     finally:
         for cls, original in originals.items():
             cls.forward = original

@@ -314,16 +314,18 @@ def summary(gm, *input_specs, console=None):
     from rich.text import Text
 
     total = estimate_cost(gm, *input_specs)
-    table = Table("node", "target", "shape", "FLOPs", "params", "bytes read", "bytes written",
-                  title=f"{type(gm).__name__}: cost per node")
+    # Imported models (fxkit.from_torch) name the torch submodule of each node: shown as a column.
+    modules = any(node.module_path for node in gm.graph.nodes)
+    table = Table("node", *(["module"] if modules else []), "target", "shape", "FLOPs", "params", "bytes read",
+                  "bytes written", title=f"{type(gm).__name__}: cost per node")
     for node in gm.graph.nodes:
         c = node.meta["cost"]
         if node.op == "output":
             continue
-        table.add_row(Text(node.name), Text(format_target(node)), Text(format_type(node.meta)),
-                      format_count(c.flops), format_count(c.params), format_count(c.bytes_read, "B"),
-                      format_count(c.bytes_written, "B"))
-    table.add_row("total", "", "", format_count(total.flops), format_count(total.params),
+        table.add_row(Text(node.name), *([Text(node.module_path)] if modules else []), Text(format_target(node)),
+                      Text(format_type(node.meta)), format_count(c.flops), format_count(c.params),
+                      format_count(c.bytes_read, "B"), format_count(c.bytes_written, "B"))
+    table.add_row("total", *([""] if modules else []), "", "", format_count(total.flops), format_count(total.params),
                   format_count(total.bytes_read, "B"), format_count(total.bytes_written, "B"), style="bold")
     table.caption = (f"{format_count(total.flops, 'FLOPs')} = {format_count(total.macs, 'MACs')}, "
                      f"{format_count(total.params)} parameters ({format_count(total.param_bytes, 'B')})")

@@ -53,7 +53,8 @@ class StageStats:
     Attributes:
         index: the stage's position.
         nodes: how many call nodes it runs.
-        first, last: the names of its first and last call node.
+        first, last: the names of its first and last call node (with the submodule
+            they came from, for imported models: ``relu_3 (layer2.1)``).
         flops: FLOPs of one forward pass over the example inputs.
         param_bytes: bytes of the parameters it owns.
         sends: bytes of the tensors it sends to the next stage (for the last
@@ -239,9 +240,14 @@ def _stats(parent, units, bounds, crossing, seconds):
         flops = sum(m.meta["cost"].flops for m in members if "cost" in m.meta)
         param_bytes = sum(p.nbytes() for p in child.parameters())
         time_s = sum(seconds[m] for m in members) if seconds is not None else None
-        stats.append(StageStats(s, len(members), members[0].name, members[-1].name, flops, param_bytes,
+        stats.append(StageStats(s, len(members), _label(members[0]), _label(members[-1]), flops, param_bytes,
                                 tensor_bytes(crossing[bounds[s + 1]]), time_s))
     return stats
+
+
+def _label(node):
+    """A node's name, with the imported model's submodule it came from (``relu_3 (layer2.1)``)."""
+    return f"{node.name} ({node.module_path})" if node.module_path else node.name
 
 
 def print_stage_table(stats, balance="flops", limit=None, console=None):

@@ -132,8 +132,11 @@ def _arange_dtype(start, end, step, dtype):
 
 def _arange_rule(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     s, e, st = _arange_bounds(start, end, step)
-    n = max(0, -(-(e - s) // st)) if all(isinstance(v, int) for v in (s, e, st)) else int(np.ceil((e - s) / st))
-    return TensorMeta((max(n, 0),), _arange_dtype(start, end, step, dtype), Device(device) if device else cpu)
+    if any(isinstance(v, float) for v in (s, e, st)):
+        n = int(np.ceil((e - s) / st))
+    else:  # ints or symbolic dims (``arange(x.shape[1])`` with a dynamic length): ceiling division
+        n = -(-(e - s) // st)
+    return TensorMeta((max(n, 0) if isinstance(n, int) else n,), _arange_dtype(start, end, step, dtype), Device(device) if device else cpu)
 
 
 @op("arange", kind="other", factory=True, method=False, shape_rule=_arange_rule)

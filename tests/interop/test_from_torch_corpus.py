@@ -1,0 +1,86 @@
+"""The torch.export route of `fxkit.from_torch` on the real-model corpus (tests/corpus).
+
+Each model is imported once with a symbolic batch (``torch.export.Dim("N")``
+on every input's batch dimension) and must match PyTorch eager within 1e-4
+relative error at two batch sizes; shape inference with the symbolic batch
+must reach the outputs; parameters and buffers keep their ``state_dict`` names
+and nodes name the torch module they came from. ``FAST`` (a plain convnet, a
+depthwise/squeeze-excite convnet, a masked encoder, a causal decoder) runs
+unmarked; the rest of the corpus is ``slow``.
+"""
+import functools
+
+import numpy as np
+import pytest
+
+from tests.corpus import FAST, NAMES, build, require_libraries
+
+require_libraries()
+import torch  # noqa: E402
+
+import fxkit  # noqa: E402
+from fxkit.interop.torch_export import input_specs  # noqa: E402
+from fxkit.runtime.meta import TensorMeta  # noqa: E402
+from fxkit.transforms.infer_shapes import infer_shapes  # noqa: E402
+from fxkit.transforms.symbolic import Sym  # noqa: E402
+
+TOLERANCE = 1e-4
+
+
+def _params(names):
+    return [pytest.param(name, marks=[] if name in FAST else [pytest.mark.slow]) for name in names]
+
+
+@functools.lru_cache(maxsize=None)
+def imported(name):
+    entry = build(name)
+    batch = torch.export.Dim("N", min=1, max=64)
+    dynamic = {name: {dim: batch} for name, dim in zip(entry.input_names, entry.batch_dims)}
+    return entry, fxkit.from_torch(entry.model, entry.kwargs(entry.example_inputs), dynamic_shapes=dynamic)
+
+
+def _flat(value):
+    if isinstance(value, dict):
+        value = tuple(value.values())
+    if isinstance(value, (tuple, list)):
+        return tuple(a for item in value for a in _flat(item))
+    return () if value is None else (np.asarray(value.numpy(), np.float64),)
+
+
+@pytest.mark.parametrize("name", _params(NAMES))
+def test_corpus_model_matches_torch_at_two_batch_sizes(name):
+    entry, gm = imported(name)
+    for batch, seed in ((2, 5), (3, 6)):
+        inputs = entry.make_inputs(batch, seed)
+        expected = entry(*inputs)
+        actual = _flat(gm(**{k: fxkit.from_numpy(x.numpy()) for k, x in entry.kwargs(inputs).items()}))
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert a.shape == e.shape
+            assert np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", _params(NAMES))
+def test_corpus_model_has_symbolic_batch_names_and_module_paths(name):
+    entry, gm = imported(name)
+    infer_shapes(gm, *input_specs(gm))
+    outputs = gm.graph.output_node().meta["tensor_meta"]
+    first = _first_meta(outputs)
+    assert first.shape[entry.batch_dims[0]] == Sym.symbol("N")
+    state = set(entry.model.state_dict())
+    attrs = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    assert {a for a in attrs if "_tensor_constant" not in a} <= state | set(dict(entry.model.named_buffers()))
+    assert set(dict(gm.named_parameters())) <= state
+    paths = {n.stack.module for n in gm.graph.nodes if n.op == "call" and n.stack is not None}
+    modules = dict(entry.model.named_modules())
+    assert len(paths - {""}) > 3 and paths <= set(modules)
+
+
+def _first_meta(value):
+    if isinstance(value, TensorMeta):
+        return value
+    if isinstance(value, dict):
+        value = tuple(value.values())
+    if isinstance(value, (tuple, list)):
+        return next(m for m in (_first_meta(v) for v in value) if m is not None)
+    return value
