@@ -20,6 +20,7 @@ from fxkit.transforms.remove_dropout import RemoveDropout, remove_dropout
 from fxkit.transforms.replace_pattern import replace_pattern
 from fxkit.transforms.subgraph_matcher import Match, SubgraphMatcher
 from fxkit.transforms.split_module import split_module
+from fxkit.transforms.partition import partition_by_support
 from fxkit.transforms.split_pipeline import StageStats, split_pipeline
 from fxkit.transforms.stage_chain import StageChain
 from fxkit.transforms.grad import grad
@@ -31,4 +32,4 @@ __all__ = ["Pass", "PassManager", "PassRecord", "pass_name",
            "FusedOp", "Match",
            "RemoveDropout", "SubgraphMatcher", "eliminate_common_subexpressions", "eliminate_dead_code",
            "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern",
-           "StageChain", "StageStats", "split_module", "split_pipeline", "grad"]
+           "StageChain", "StageStats", "partition_by_support", "split_module", "split_pipeline", "grad"]
