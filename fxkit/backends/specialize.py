@@ -76,6 +76,10 @@ class _FlatteningTracer(_MetaTracer):
         self._forward = type(gm).forward.__code__
         code = gm.graph.python_code(root="self")
         self._origins = {}
+        self._qparams = {}
+        for node in gm.graph.nodes:
+            if node.op == "call" and "qparams" in node.meta and not isinstance(node.target, str):
+                self._qparams.setdefault(node.target, []).append(node.meta["qparams"])
         statements = ast.parse(code.src).body[0].body
         for statement, node in zip(statements, code.statement_nodes):
             if node is not None:
@@ -90,4 +94,10 @@ class _FlatteningTracer(_MetaTracer):
         origin = self._origins.get(frame.f_lineno) if frame is not None else None
         if origin is not None and origin.meta.get("stack") is not None:
             node.meta["stack"] = origin.meta["stack"]
+        queue = self._qparams.get(target) if op == "call" else None
+        if queue:
+            # NOTE: a registry op of a quantized graph traces to itself, in graph order; its scales
+            # stay with it (a delegate's QDQ export reads them). Matched by order, not by source
+            # line: the calls of one op in a loop share a line.
+            node.meta["qparams"] = queue.pop(0)
         return node
