@@ -82,6 +82,11 @@ class DelegateBackend(Backend):
         return DelegateBackend(self.name, self.delegate_class, fallback, {**self.options, **options})
 
     @property
+    def runners(self):
+        """``{key: runner}`` built so far for this compiled module (one per distinct sub-graph)."""
+        return dict(self._runners)
+
+    @property
     def delegate(self):
         """The delegate instance, built from the options on first use (its runtime loads then)."""
         if self._delegate is None:
