@@ -232,6 +232,12 @@ class CompiledModule(Module):
         return self._current().gm.graph
 
     @property
+    def graph_module(self):
+        """The `GraphModule` of the specialisation that ran last, after the backend's passes
+        (a delegate backend's partitions are its ``supported_<i>`` children)."""
+        return self._current().gm
+
+    @property
     def code(self):
         """The generated Python source of the specialisation that ran last."""
         return self._current().lowered.code

@@ -103,3 +103,13 @@ def test_random_graphs_with_random_markings_partition_into_acyclic_equal_graphs(
     kept = {n.name for n in parent.graph.nodes if n.op == "call" and type(n.target) is not str}
     assert unsupported <= kept
     assert_same(parent(*program.inputs), program.expected)
+
+
+def test_partitions_are_drawn_as_clusters_of_their_ops():
+    from fxkit.graph.draw import to_dot
+
+    parent = partition_by_support(fxkit.symbolic_trace(Sandwich()), lambda node: node.target is not python_step)
+    text = str(to_dot(parent))
+    assert 'label="self.supported_0 (partition)";' in text and 'label="self.supported_1 (partition)";' in text
+    assert '"supported_0.relu" -> "python_step";' in text
+    assert '"python_step" -> "supported_1.b";' in text
