@@ -94,7 +94,7 @@ class OnnxRuntimeDelegate:
 
     def _runner(self, data, inputs, outputs):
         session = self.ort.InferenceSession(data, sess_options=self.session_options, providers=self.providers)
-        return SessionRunner(session, inputs, outputs)
+        return SessionRunner(session, inputs, outputs, data)
 
     def describe(self, child):
         calls = sum(1 for n in child.graph.nodes if n.op == "call")
@@ -102,12 +102,18 @@ class OnnxRuntimeDelegate:
 
 
 class SessionRunner:
-    """Runs one session on raw arrays: ``runner(*arrays)`` -> an array, or a tuple of them."""
+    """Runs one session on raw arrays: ``runner(*arrays)`` -> an array, or a tuple of them.
+
+    Attributes:
+        session: the ``onnxruntime.InferenceSession``.
+        model_bytes: the serialized ONNX model it runs (to save it, or to open another session on it).
+    """
 
     __name__ = "onnxruntime_session"  # the generated code calls it by this name (numbered when several)
 
-    def __init__(self, session, inputs, outputs):
+    def __init__(self, session, inputs, outputs, model_bytes):
         self.session = session
+        self.model_bytes = model_bytes
         self._run = session.run
         self._inputs = tuple(inputs)
         self._outputs = list(outputs)
