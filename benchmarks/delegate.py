@@ -1,13 +1,14 @@
 """The onnxruntime delegate backend against a bare onnxruntime session, and int8 against float32, in one run.
 
     python benchmarks/delegate.py                # full run (median of 15)
-    python benchmarks/delegate.py --quick        # median of 9, fewer models
+    python benchmarks/delegate.py --quick        # median of 9, no MobileNetV2
     python benchmarks/delegate.py --threads 2    # session threads (default 1: steadier on a busy machine)
 
 Figures (issue 18):
 - overhead: ``fxkit.compile(model, backend="onnxruntime")`` / a bare ``InferenceSession``
   opened on the very ONNX model the backend built (same session options), at batch 1 and 8,
-  for ResNet-18 (the zoo's), MobileNetV2 and a BERT encoder (target <= 1.05x);
+  for ResNet-18 (the zoo's), MobileNetV2 and a BERT encoder (target <= 1.05x), and the zoo's
+  MLP, where the fixed cost of a call shows (tens of microseconds per session run);
 - int8: float32 / int8 through the delegate for a statically quantized ResNet-18 and BERT
   (target >= 1.5x faster).
 
@@ -109,6 +110,9 @@ def build(name):
     """``(model, make_inputs(batch))`` in eval mode with fixed random weights."""
     fxkit.manual_seed(0)
     rng = np.random.default_rng(0)
+    if name == "mlp":  # tiny: the fixed cost per call shows
+        model, _ = fxkit.models.get("mlp")
+        return model, lambda n: (fxkit.from_numpy(rng.standard_normal((n, 784)).astype(np.float32)),)
     if name == "bert":
         return BertEncoder().eval(), lambda n: (fxkit.from_numpy(rng.integers(0, VOCAB, (n, SEQ))),)
     model = fxkit.models.resnet18() if name == "resnet18" else MobileNetV2()
@@ -185,11 +189,11 @@ def int8(names, batch, repeats, threads):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="median of 9, ResNet-18 and BERT only")
+    parser.add_argument("--quick", action="store_true", help="median of 9, no MobileNetV2")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every session (default 1)")
     args = parser.parse_args()
     repeats = 9 if args.quick else 15
-    names = ["resnet18", "bert"] if args.quick else ["resnet18", "mobilenet_v2", "bert"]
+    names = ["mlp", "resnet18", "bert"] if args.quick else ["mlp", "resnet18", "mobilenet_v2", "bert"]
     overhead(names, (1, 8), repeats, args.threads)
     int8(["resnet18", "bert"], 8, repeats, args.threads)
 
