@@ -38,7 +38,7 @@ from fxkit.backends.backend import Backend, get_backend
 from fxkit.backends.numpy_backend import _check_devices, build_forward
 from fxkit.backends.specialize import Specialize
 from fxkit.errors import FxkitError, LoweringError
-from fxkit.graph import map_aggregate
+from fxkit.graph import Node, map_aggregate
 from fxkit.runtime.meta import TensorMeta
 from fxkit.transforms import Pass, PassManager
 from fxkit.transforms.partition import partition_by_support
@@ -168,7 +168,7 @@ class _Partition(Pass):
 
     def __call__(self, gm):
         delegate = self.backend.delegate
-        return partition_by_support(gm, lambda node: _tensors_only(node) and delegate.is_supported(node))
+        return partition_by_support(gm, lambda node: _delegable(node, delegate))
 
 
 def _batch_free(specs):
@@ -194,16 +194,28 @@ def _placeholder_metas(gm):
     return [n.meta["tensor_meta"] for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def _tensors_only(node):
-    """Delegates take tensors: the node computes one (or a tuple read only by ``getitem``) from tensors."""
+def _delegable(node, delegate):
+    """The delegate supports ``node`` and it computes tensors from tensors (delegates take nothing else).
+
+    An op returning a tuple (``chunk``) qualifies when only ``getitem`` reads it; such a
+    ``getitem`` qualifies with its source, so the tuple never crosses a partition's edge.
+    """
+    if not delegate.is_supported(node):
+        return False
+    if getattr(node.target, "name", None) == "getitem":
+        source = node.args[0]
+        return isinstance(source, Node) and _tensor_tuple(source) and _delegable(source, delegate)
     meta = node.meta.get("tensor_meta")
-    if not isinstance(meta, TensorMeta):
-        picks = all(u.op == "call" and getattr(u.target, "name", None) == "getitem" for u in node.users)
-        if not (isinstance(meta, (tuple, list)) and meta and picks
-                and all(isinstance(m, TensorMeta) for m in meta)):
-            return False
-    return all(isinstance(u.meta.get("tensor_meta"), TensorMeta) for u in node.all_input_nodes
-               if not (node.target is not None and getattr(node.target, "name", None) == "getitem"))
+    if not (isinstance(meta, TensorMeta) or _tensor_tuple(node)):
+        return False
+    return all(isinstance(u.meta.get("tensor_meta"), TensorMeta) for u in node.all_input_nodes)
+
+
+def _tensor_tuple(node):
+    """``node`` returns a tuple of tensors read only by ``getitem``."""
+    meta = node.meta.get("tensor_meta")
+    return (isinstance(meta, (tuple, list)) and len(meta) > 0 and all(isinstance(m, TensorMeta) for m in meta)
+            and all(getattr(u.target, "name", None) == "getitem" for u in node.users))
 
 
 def _concretize(graph, values):

@@ -106,3 +106,25 @@ def test_numba_runs_the_rest_when_asked(rng):
 def test_an_unknown_fallback_is_refused():
     with pytest.raises(LoweringError, match="no backend named 'tpu'"):
         fxkit.compile(model, backend="python_delegate", fallback="tpu")
+
+
+def test_tuples_stay_inside_a_partition(rng):
+    def halves(x, w):
+        a, b = ops.matmul(x, w).chunk(2, dim=1)  # chunk + getitem: supported only together with matmul
+        return (a.tanh() * b).sum()
+
+    class WithViews(ElementwiseDelegate):
+        def is_supported(self, node):
+            return super().is_supported(node) or getattr(node.target, "name", None) in ("chunk", "getitem")
+
+    register_backend(DelegateBackend("python_delegate_views", WithViews))
+    x, w = randn(rng, 4, 3), randn(rng, 3, 6)
+    compiled = fxkit.compile(halves, backend="python_delegate_views", example_inputs=[x, w])
+    h = x.numpy() @ w.numpy()
+    np.testing.assert_allclose(compiled(x, w).numpy(), (np.tanh(h[:, :3]) * h[:, 3:]).sum(), rtol=1e-5)
+    parent = compiled.graph_module
+    children = [parent.get_submodule(n.target) for n in parent.graph.nodes if "partition" in n.meta]
+    chunks = [(child, n) for child in children for n in child.graph.nodes if getattr(n.target, "name", None) == "chunk"]
+    assert len(chunks) == 1
+    child, chunk = chunks[0]
+    assert chunk.users and all(u.graph is child.graph for u in chunk.users)
