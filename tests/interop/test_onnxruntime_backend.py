@@ -45,6 +45,14 @@ def test_zoo_models_match_eager_in_one_session(name):
     assert compiled.compile_count == 1
 
 
+def test_models_imported_from_onnx_run_on_the_delegate():
+    model, inputs = zoo_model("lenet")
+    imported = fxkit.from_onnx(fxkit.onnx.export(model, inputs))
+    compiled = fxkit.compile(imported, backend="onnxruntime", example_inputs=inputs)
+    assert_matches(compiled(*inputs), model(*inputs))
+    assert partitions(compiled) == ["supported_0"]
+
+
 @fxkit.wrap
 def python_step(x):
     """A Python function in the middle of the model: onnxruntime cannot run it."""
