@@ -233,3 +233,27 @@ def _lerp(b, op, a, out):
 def _cast(b, op, a, out):
     value = a.a
     return value.name if value.meta.dtype is out.dtype else b.op("Cast", value.name, to=onnx_dtype(out.dtype))
+
+
+@export_rule("relu6")
+def _relu6(b, op, a, out):
+    x, = operands(b, op, out, a.input)
+    return b.op("Clip", x, b.scalar(0, out.dtype), b.scalar(6, out.dtype))
+
+
+@export_rule("hardsigmoid", "hardswish")
+def _hard(b, op, a, out):
+    x, = operands(b, op, out, a.input)
+    if op.name == "hardswish":
+        return b.op("HardSwish", x)
+    return b.op("HardSigmoid", x, alpha=1.0 / 6.0, beta=0.5)
+
+
+@export_rule("mish")
+def _mish(b, op, a, out):
+    x, = operands(b, op, out, a.input)
+    if b.opset >= 18:
+        return b.op("Mish", x)
+    # x * tanh(log(1 + exp(x))), PyTorch's formula (exp overflowing to inf still gives x)
+    softplus = b.op("Log", b.op("Add", b.op("Exp", x), b.scalar(1.0, out.dtype)))
+    return b.op("Mul", x, b.op("Tanh", softplus))

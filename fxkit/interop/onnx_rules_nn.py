@@ -125,20 +125,6 @@ def _avg_pool(b, op, a, out):
                 ceil_mode=int(a.ceil_mode), count_include_pad=int(a.count_include_pad))
 
 
-@export_rule("adaptive_avg_pool2d")
-def _adaptive_avg_pool(b, op, a, out):
-    size_in = a.input.meta.shape[-2:]
-    size_out = concrete(op, "output size", out.shape[-2:])
-    if tuple(size_out) == (1, 1):
-        return b.op("GlobalAveragePool", a.input.name)
-    size_in = concrete(op, "input size", size_in)
-    if any(i % o for i, o in zip(size_in, size_out)):
-        raise unsupported(op, f"pooling {list(size_in)} to {list(size_out)} (not a whole multiple)",
-                          "choose an input size that is a multiple of the output size")
-    kernel = [i // o for i, o in zip(size_in, size_out)]
-    return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=kernel)
-
-
 # -- normalisation ---------------------------------------------------------------------------
 @export_rule("batch_norm")
 def _batch_norm(b, op, a, out):
@@ -175,6 +161,30 @@ def _group_norm(b, op, a, out):
     if isinstance(a.bias, Value):
         y = b.op("Add", y, b.op("Reshape", a.bias.name, affine))
     return y
+
+
+@export_rule("instance_norm")
+def _instance_norm(b, op, a, out):
+    channels = a.input.meta.shape[1]
+    scale = a.weight.name if isinstance(a.weight, Value) else b.const([1.0] * concrete(op, "channels", channels),
+                                                                        out.dtype)
+    shift = a.bias.name if isinstance(a.bias, Value) else b.const([0.0] * channels, out.dtype)
+    if a.use_input_stats:
+        return b.op("InstanceNormalization", a.input.name, scale, shift, epsilon=float(a.eps))
+    # normalised by the running statistics: what BatchNormalization computes at inference
+    return b.op("BatchNormalization", a.input.name, scale, shift, a.running_mean.name, a.running_var.name,
+                epsilon=float(a.eps))
+
+
+@export_rule("rms_norm")
+def _rms_norm(b, op, a, out):
+    rank = len(out.shape)
+    k = len(_pairs(a.normalized_shape, 1))
+    x = a.input.name
+    eps = a.eps if a.eps is not None else float(np.finfo(np.float64 if out.dtype is _dt.float64 else np.float32).eps)
+    mean_square = b.reduce("ReduceMean", b.op("Mul", x, x), list(range(rank - k, rank)), True)
+    y = b.op("Mul", x, b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean_square, b.scalar(eps, out.dtype)))))
+    return b.op("Mul", y, a.weight.name) if isinstance(a.weight, Value) else y
 
 
 # -- softmax and reductions ------------------------------------------------------------------
@@ -229,6 +239,25 @@ def _all_any(b, op, a, out):
 @export_rule("cumsum")
 def _cumsum(b, op, a, out):
     return b.op("CumSum", b.cast(a.a, out.dtype), b.scalar(axis(a.dim, len(out.shape)), _dt.int64))
+
+
+def _top_k(b, op, x, k, dim, largest):
+    """``TopK``: its ties come lower index first, the stable order fxkit's sorts give."""
+    rank = len(x.meta.shape)
+    return b.op("TopK", x.name, b.ints([k]), axis=axis(dim, rank), largest=int(bool(largest)), sorted=1, outputs=2)
+
+
+@export_rule("topk")
+def _topk(b, op, a, out):
+    return tuple(_top_k(b, op, a.input, a.k, a.dim, a.largest))
+
+
+@export_rule("sort", "argsort")
+def _sort(b, op, a, out):
+    shape = a.input.meta.shape
+    size = shape[axis(a.dim, len(shape))] if shape else 1
+    values, indices = _top_k(b, op, a.input, size, a.dim, a.descending)
+    return (values, indices) if op.name == "sort" else indices
 
 
 @export_rule("var", "std")

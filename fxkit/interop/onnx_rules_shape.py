@@ -1,4 +1,4 @@
-"""ONNX export rules of view, indexing, joining and factory ops.
+"""ONNX export rules of view, indexing, joining, rolling and factory ops.
 
 Reshaping ops (``view``, ``reshape``, ``flatten``, ``unflatten``) export as a
 ``Reshape`` to the node's inferred output shape; a single symbolic dimension
@@ -92,7 +92,9 @@ def _same(x, y):
 @export_rule("getitem")
 def _getitem(b, op, a, out):
     if isinstance(a.a, (tuple, list)):
-        return a.a[a.index].name  # an element of a tuple of results (chunk, split, a layer's outputs)
+        # an element of a tuple of results (chunk, split, a layer's outputs), itself maybe a tuple (LSTM's (h, c))
+        picked = a.a[a.index]
+        return picked.name if isinstance(picked, Value) else picked
     x, items = a.a, a.index if isinstance(a.index, tuple) else (a.index,)
     if sum(isinstance(i, Value) for i in items) > 1 or any(isinstance(i, (list, tuple)) for i in items):
         raise unsupported(op, "indexing with several index tensors or lists", "index one dimension at a time")
@@ -249,3 +251,56 @@ def _one_hot(b, op, a, out):
     depth = out.shape[-1]
     values = b.const([0, 1], out.dtype)
     return b.op("OneHot", a.tensor.name, b.dim_scalar(depth, _dt.int64), values, axis=-1)
+
+
+def _roll_dim(b, x, shift, dim, size):
+    """``x`` rolled by ``shift`` along ``dim``: its last ``shift`` elements moved to the front."""
+    if type(size) is int:
+        shift %= max(size, 1)
+        if shift == 0:
+            return x
+    # NOTE: with a symbolic size, |shift| < size is assumed (Slice clamps, a larger shift would not wrap)
+    cut = b.const([-shift], _dt.int64)  # x[-shift:] then x[:-shift], for either sign of shift
+    axes = b.const([dim], _dt.int64)
+    tail = b.op("Slice", x, cut, b.const([_INT64_MAX], _dt.int64), axes)
+    head = b.op("Slice", x, b.const([0], _dt.int64), cut, axes)
+    return b.op("Concat", tail, head, axis=dim)
+
+
+@export_rule("roll")
+def _roll(b, op, a, out):
+    x, shape = a.a.name, tuple(a.a.meta.shape)
+    if a.dims is None:
+        flat = b.op("Reshape", x, b.ints([-1]))
+        total = 1
+        for d in shape:
+            total = total * d
+        return b.reshape(_roll_dim(b, flat, int(a.shifts[0] if isinstance(a.shifts, (tuple, list)) else a.shifts),
+                                   0, total), out.shape)
+    shifts = a.shifts if isinstance(a.shifts, (tuple, list)) else (a.shifts,)
+    dims = a.dims if isinstance(a.dims, (tuple, list)) else (a.dims,)
+    for shift, dim in zip(shifts, dims):
+        d = axis(dim, len(shape))
+        x = _roll_dim(b, x, int(shift), d, shape[d])
+    return x
+
+
+@export_rule("swapaxes", "swapdims")
+def _swapaxes(b, op, a, out):
+    rank = len(out.shape)
+    first, second = (a.axis0, a.axis1) if op.name == "swapaxes" else (a.dim0, a.dim1)
+    perm = list(range(rank))
+    if rank:
+        d0, d1 = axis(first, rank), axis(second, rank)
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    return b.op("Transpose", a.a.name, perm=perm) if perm != sorted(perm) else a.a.name
+
+
+@export_rule("unbind")
+def _unbind(b, op, a, out):
+    rank = len(out[0].shape) + 1
+    dim = axis(a.dim, rank)
+    if len(out) == 1:
+        return (b.op("Squeeze", a.a.name, b.ints([dim])),)
+    pieces = b.op("Split", a.a.name, b.ints([1] * len(out)), axis=dim, outputs=len(out))
+    return tuple(b.op("Squeeze", p, b.ints([dim])) for p in pieces)

@@ -26,13 +26,16 @@ def layer_table(torch):
     """``{torch layer class: (fxkit layer class, {argument: torch module -> value})}``."""
     tnn = torch.nn
     same = ("Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "ReLU", "GELU", "SiLU",
-            "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Dropout",
-            "Dropout2d", "Flatten", "Identity")
+            "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
+            "AdaptiveMaxPool2d", "Dropout", "Dropout2d", "Flatten", "Identity", "ReLU6", "Hardsigmoid", "Hardswish",
+            "Mish", "GroupNorm", "RMSNorm", "InstanceNorm1d", "InstanceNorm2d")
     table = {getattr(tnn, name): (getattr(nn, name), {}) for name in same}
     table[tnn.MultiheadAttention] = (nn.MultiheadAttention, {
         "bias": lambda m: m.in_proj_bias is not None,
         "add_bias_kv": lambda m: m.bias_k is not None,
     })
+    for name in ("LSTM", "GRU"):  # their ``bias`` attribute is the flag itself, not a parameter
+        table[getattr(tnn, name)] = (getattr(nn, name), {"bias": lambda m: bool(m.bias)})
     return table
 
 

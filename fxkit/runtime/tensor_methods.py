@@ -32,6 +32,9 @@ INPLACE_OPERATORS = {
     "__ixor__": "bitwise_xor",
 }
 
+# Ops that are no elementwise op but have PyTorch's in-place method (``x.scatter_(...)``).
+INPLACE_METHODS = ("scatter", "scatter_add", "index_put", "index_add")
+
 
 def binary_operator(op, reflected):
     """``self <op> other`` (or ``other <op> self`` when reflected) as a method."""
@@ -152,6 +155,7 @@ def install_tensor():
         setattr(Tensor, dunder, _inplace_operator(get_op(name)))
     install_methods(Tensor)
     for op in all_ops():
-        if op.kind == "elementwise" and op.method and op.method + "_" not in Tensor.__dict__:
+        if (op.kind == "elementwise" or op.name in INPLACE_METHODS) and op.method \
+                and op.method + "_" not in Tensor.__dict__:
             setattr(Tensor, op.method + "_", _inplace_method(op))
     Tensor.__hash__ = object.__hash__

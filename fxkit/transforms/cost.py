@@ -125,6 +125,12 @@ def _window(out, input, kernel_size, *args, **kwargs):
     return numel(_first(out)) * kh * kw
 
 
+def _attention(out, query, key, value, *args, **kwargs):
+    # scores q @ k.T and the weighted sum of values, as PyTorch's FlopCounterMode counts them
+    rows = math.prod(out.shape[:-1])
+    return 2 * rows * key.shape[-2] * (query.shape[-1] + value.shape[-1])
+
+
 def _input_elements(out, input, *args, **kwargs):
     return numel(input)
 
@@ -154,16 +160,17 @@ def _einsum(out, equation, *operands):
 FLOP_RULES = {
     get_op("matmul"): _contracting(0), get_op("mm"): _contracting(0), get_op("bmm"): _contracting(0),
     get_op("linear"): _contracting(0), get_op("addmm"): _contracting(1), get_op("baddbmm"): _contracting(1),
-    get_op("einsum"): _einsum,
+    get_op("einsum"): _einsum, get_op("scaled_dot_product_attention"): _attention,
     get_op("conv2d"): _conv, get_op("conv1d"): _conv, get_op("conv_transpose2d"): _conv_transpose,
     get_op("conv2d_weight_grad"): _conv_weight_grad,
     # integer multiply-adds count like float ones: the same work in another number format
     get_op("quantized_linear"): _contracting(0), get_op("quantized_conv2d"): _conv,
     get_op("max_pool2d"): _window, get_op("avg_pool2d"): _window,
-    get_op("adaptive_avg_pool2d"): _input_elements,
+    get_op("adaptive_avg_pool2d"): _input_elements, get_op("adaptive_max_pool2d"): _input_elements,
     get_op("batch_norm"): _batch_norm,
     # mean, variance, normalise, scale, shift.
     get_op("layer_norm"): _per_element(5), get_op("group_norm"): _per_element(5),
+    get_op("instance_norm"): _per_element(5), get_op("rms_norm"): _per_element(4),
     get_op("interpolate"): _per_element(1),
     get_op("dropout"): lambda out, input, p=0.5, training=True, *a, **k: numel(input) if training else 0,
     get_op("dropout2d"): lambda out, input, p=0.5, training=True, *a, **k: numel(input) if training else 0,

@@ -5,7 +5,8 @@ answered here once from the op registry (``Op.pure``, ``Op.kind``):
 
 * is a node *pure*: running it twice, or not at all, cannot be told apart?
   A registry op is when ``Op.pure`` says so (random ops, ``setitem`` and
-  ``batch_norm``, which updates running statistics in training, are not); a
+  ``batch_norm``, which updates running statistics in training, are not; nor is a
+  call with ``dropout_p`` above 0, see `draws_dropout`); a
   wrapped function is unless it was wrapped as impure; a submodule call is
   when the module does not declare ``_is_impure`` and either it and its
   children are in eval mode, or tracing its ``forward`` through every layer
@@ -43,7 +44,7 @@ def is_pure(gm, node):
         return False
     target = node.target
     if isinstance(target, Op):
-        return target.pure
+        return target.pure and not draws_dropout(target, node)
     if type(target) is str:
         module = _submodule(gm, target)
         return module is not None and module_effects(module)[0]
@@ -109,6 +110,16 @@ def written_nodes(gm):
         roots.extend(n for n in graph.nodes if n.op == "get_attr" and n.target.startswith(paths))
     written = {find(n) for n in roots}
     return {n for n in graph.nodes if find(n) in written}
+
+
+def draws_dropout(op, node):
+    """Whether a call of a pure op draws random numbers: a ``dropout_p`` above 0
+    (``scaled_dot_product_attention`` in training). Such a call writes nothing, but two
+    of them are not one, and removing one changes the random stream."""
+    if "dropout_p" not in op.signature.parameters:
+        return False
+    arguments = bound_arguments(op, node.args, node.kwargs)
+    return arguments is None or arguments["dropout_p"] != 0
 
 
 def bound_arguments(op, args, kwargs):

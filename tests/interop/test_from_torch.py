@@ -125,6 +125,14 @@ LAYERS = [
     (lambda: tnn.Identity(), [(3, 4)]),
     (lambda: tnn.MultiheadAttention(8, 2, kdim=6, vdim=5), [(5, 2, 8), (7, 2, 6), (7, 2, 5)]),
     (lambda: tnn.MultiheadAttention(8, 4, bias=False, batch_first=True), [(2, 5, 8), (2, 5, 8), (2, 5, 8)]),
+    (lambda: tnn.ReLU6(), [(3, 4)]),
+    (lambda: tnn.Hardsigmoid(), [(3, 4)]),
+    (lambda: tnn.Hardswish(), [(3, 4)]),
+    (lambda: tnn.Mish(), [(3, 4)]),
+    (lambda: tnn.GroupNorm(2, 4, eps=1e-3), [(2, 4, 3, 3)]),
+    (lambda: tnn.RMSNorm([3, 4], eps=1e-5), [(2, 3, 4)]),
+    (lambda: tnn.InstanceNorm1d(3, affine=True), [(2, 3, 6)]),
+    (lambda: tnn.InstanceNorm2d(3, track_running_stats=True), [(2, 3, 4, 4)]),
 ]
 
 
@@ -180,6 +188,26 @@ def test_custom_forward_over_functions_methods_and_operators():
     fx_model = fxkit.from_torch(torch_model)
     assert set(fx_model.state_dict()) == {"scale", "shift"}
     _compare(torch_model, fx_model, [(3, 4), (3, 4)])
+
+
+class _NewOps(tnn.Module):
+    """A custom forward over the activations, sorts, norms and attention added for imported models."""
+
+    def forward(self, x, y):
+        q = x.view(x.shape[0], 2, 3, 1).expand(x.shape[0], 2, 3, 2)
+        k = y.view(y.shape[0], 2, 3, 1)[:, :1].expand(y.shape[0], 1, 3, 4)[..., :2]
+        attended = TF.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True)
+        values, indices = torch.topk(x, 2, dim=1)
+        ordered = x.sort(dim=1, descending=True)[0]
+        return (TF.relu6(x * 4) + TF.hardswish(x) + TF.hardsigmoid(y) + TF.mish(x), values, indices, ordered,
+                x.argsort(1), TF.rms_norm(x, [6]), TF.group_norm(x.view(-1, 6, 1), 2),
+                TF.instance_norm(x.view(-1, 2, 3)), attended, torch.cumsum(x, 1), torch.roll(x, 2, 1), x.triu(1))
+
+
+def test_custom_forward_over_the_new_ops():
+    torch.manual_seed(0)
+    fx_model = fxkit.from_torch(_NewOps().eval())
+    _compare(_NewOps().eval(), fx_model, [(3, 6), (3, 6)])
 
 
 @pytest.mark.slow

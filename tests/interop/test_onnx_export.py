@@ -121,7 +121,8 @@ def _shapes(x, y):
             x.flatten(0, 1), x[:, :1].expand(n, 3, 4), x.repeat(1, 2, 1), fxkit.cat([x, y], 1),
             fxkit.stack([x, y], 0), c0, c1, s0, s1, x.narrow(2, 1, 2), x[:, 1:3, None, ..., 1],
             x[0], x.flip(1, 2), F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), mode="reflect"), x.tril(), x.triu(1),
-            x[..., 0].t(), x.contiguous(), x.unflatten(2, (2, 2)), x.tile((2,)), x.T, x.mT)
+            x[..., 0].t(), x.contiguous(), x.unflatten(2, (2, 2)), x.tile((2,)), x.T, x.mT, x.roll(1, 1),
+            x.roll((-1, 5), (0, 2)), x.roll(-7), x.roll(2, -3))
 
 
 def _indexing(x, y):
@@ -138,7 +139,29 @@ def _matmuls(x, y):
             fxkit.baddbmm(fxkit.ones(3, 3), x, yt, beta=0.5, alpha=2), fxkit.einsum("bij,bkj->bik", x, y))
 
 
-OP_MODELS = [_arithmetic, _unary, _compare_select, _division, _reductions, _shapes, _indexing, _matmuls]
+def _activations_sorts_norms(x, y):
+    values, indices = x.topk(2, 1)
+    small, small_at = x.topk(3, -1, largest=False)
+    ordered, order = x.sort(-1)
+    return (F.relu6(x * 4), F.hardswish(x * 4), F.hardsigmoid(x * 4), F.mish(x * 4), values, indices, small,
+            small_at, ordered, order, x.argsort(1, descending=True), F.rms_norm(x, (4,)),
+            F.rms_norm(x, (3, 4), y[0], eps=1e-3), F.instance_norm(x), F.instance_norm(x, weight=y[0, :, 0],
+                                                                                        bias=y[0, :, 1]))
+
+
+def _attention(x, y):
+    sdpa = F.scaled_dot_product_attention
+    n = x.shape[0]
+    q, k = x.unsqueeze(1).repeat(1, 4, 1, 1), y.unsqueeze(1).repeat(1, 2, 1, 1) * 0.5
+    keep = (y[..., :3] > -0.5) & (fxkit.arange(3).reshape(3, 1) != 1)  # query 1 sees no key: zeros
+    return (sdpa(x, y, y), sdpa(x, y, x, is_causal=True, scale=0.7), sdpa(x, y, y, attn_mask=keep),
+            sdpa(x, y, y, attn_mask=y[..., :3]), sdpa(q, k, k, enable_gqa=True),
+            sdpa(q, k[:n, :, :2], k[:, :, :2], enable_gqa=True, attn_mask=keep[:, None, :, :2]),
+            sdpa(q[:, :, :2], k, k, enable_gqa=True, is_causal=True))
+
+
+OP_MODELS = [_arithmetic, _unary, _compare_select, _division, _reductions, _shapes, _indexing, _matmuls,
+             _activations_sorts_norms, _attention]
 
 
 @pytest.mark.parametrize("fn", OP_MODELS, ids=lambda f: f.__name__.strip("_"))

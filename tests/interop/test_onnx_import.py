@@ -103,10 +103,9 @@ def test_shape_arithmetic_as_other_exporters_write_it():
         gm = fxkit.from_onnx(proto)
         np.testing.assert_allclose(gm(fxkit.from_numpy(x)).numpy(), reference, rtol=1e-5, atol=1e-5)
         assert relative_error(gm(fxkit.from_numpy(x)), run_onnxruntime(proto, (fxkit.from_numpy(x),))[0]) < 1e-5
-    # Known dims fold while importing; a product over a dynamic dim would need a shape as data.
-    with pytest.raises(fxkit.GraphError, match=r"'features_of_dynamic' \(op type ReduceProd\).*used as a data"):
-        by_product[1].name = "features_of_dynamic"
-        fxkit.from_onnx(_flatten_then_matmul(by_product, consts, ["N", "C", 4]))
+    # Known dims fold while importing; a product over a dynamic dim stays in the graph, item by item.
+    gm = fxkit.from_onnx(_flatten_then_matmul(by_product, consts, ["N", "C", 4]))
+    np.testing.assert_allclose(gm(fxkit.from_numpy(x)).numpy(), reference, rtol=1e-5, atol=1e-5)
 
 
 def test_asymmetric_conv_pads_and_gemm_forms():
@@ -171,3 +170,52 @@ def test_files_written_by_torch_onnx_export_import(name, tmp_path):
         expected = as_tuple(model(*(torch.from_numpy(a) for a in arrays)))
     for a, e in zip(as_tuple(gm(*(fxkit.from_numpy(a) for a in arrays))), expected):
         assert relative_error(a, e.numpy()) < TOLERANCE
+
+
+@pytest.mark.parametrize("fn_name", ["_activations_sorts_norms", "_attention"])
+@pytest.mark.parametrize("opset", [17, 18])
+def test_exported_activations_sorts_norms_attention_reimport(fn_name, opset):
+    from tests.interop import test_onnx_export
+
+    gm = fxkit.symbolic_trace(getattr(test_onnx_export, fn_name))
+    rng = np.random.default_rng(6)
+    inputs = tuple(fxkit.from_numpy(rng.standard_normal((2, 3, 4)).astype(np.float32)) for _ in range(2))
+    proto = fxkit.onnx.export(gm, inputs, opset=opset)
+    imported = fxkit.from_onnx(proto)
+    fresh = tuple(fxkit.from_numpy(rng.standard_normal((5, 3, 4)).astype(np.float32)) for _ in range(2))
+    for i, (a, e) in enumerate(zip(as_tuple(imported(*fresh)), as_tuple(gm(*fresh)))):
+        if e.dtype.is_floating_point:
+            assert relative_error(a, e) < TOLERANCE, f"output {i}"
+        else:
+            np.testing.assert_array_equal(a.numpy(), e.numpy(), err_msg=f"output {i}")
+
+
+def test_onnx_activation_norm_and_topk_nodes_import():
+    opset = 21  # GroupNormalization's scale and bias per channel (opset 18's per group are deprecated)
+    rng = np.random.default_rng(7)
+    scale, bias = (rng.standard_normal(4).astype(np.float32) for _ in range(2))
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["hs"]),  # ONNX's default alpha 0.2, not PyTorch's 1/6
+             helper.make_node("HardSigmoid", ["x"], ["hs6"], alpha=1.0 / 6.0, beta=0.5),
+             helper.make_node("HardSwish", ["x"], ["hw"]),
+             helper.make_node("Mish", ["x"], ["mish"]),
+             helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["gn"], num_groups=2, epsilon=1e-3),
+             helper.make_node("InstanceNormalization", ["x", "c_scale", "c_bias"], ["inorm"]),
+             helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1, largest=0)]
+    consts = [("scale", scale), ("bias", bias), ("c_scale", rng.standard_normal(4).astype(np.float32)),
+              ("c_bias", rng.standard_normal(4).astype(np.float32)), ("k", np.array([3], np.int64))]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4, 5]) for n in
+               ("hs", "hs6", "hw", "mish", "gn", "inorm")]
+    outputs += [helper.make_tensor_value_info("values", TensorProto.FLOAT, ["N", 3, 5]),
+                helper.make_tensor_value_info("indices", TensorProto.INT64, ["N", 3, 5])]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 5])], outputs, consts,
+                   opset=opset)
+    x = fxkit.from_numpy(rng.standard_normal((3, 4, 5)).astype(np.float32) * 3)
+    gm = fxkit.from_onnx(proto)
+    targets = {n.target.name for n in gm.graph.nodes if n.op == "call" and hasattr(n.target, "name")}
+    assert {"hardsigmoid", "hardswish", "mish", "group_norm", "instance_norm", "topk"} <= targets
+    try:
+        expected = run_onnxruntime(proto, (x,))
+    except Exception as exc:  # noqa: BLE001  (an onnxruntime without this opset's kernels)
+        pytest.skip(f"onnxruntime cannot run opset {opset} here: {exc}")
+    for i, (a, e) in enumerate(zip(as_tuple(gm(x)), expected)):
+        np.testing.assert_allclose(a.numpy(), e, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")

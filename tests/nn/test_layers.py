@@ -307,3 +307,78 @@ def test_mha_dropout_only_in_training(rng):
     assert 0.3 < kept.mean() < 0.7
     # the kept weights are the eval weights rescaled by 1 / (1 - p)
     np.testing.assert_allclose(w_train.numpy()[kept], 2 * w_eval.numpy()[kept], rtol=1e-5)
+
+
+# -- mobile activations and the newer normalisations -------------------------------------------
+@pytest.mark.parametrize("name", ["ReLU6", "Hardsigmoid", "Hardswish", "Mish"])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_mobile_activation(rng, name, inplace):
+    x = rand(rng, 4, 5, 6) * 4
+    fx_layer, ref_layer = getattr(nn, name)(inplace=inplace), getattr(torch.nn, name)(inplace=inplace)
+    assert repr(fx_layer) == repr(ref_layer)
+    t = fx(x.copy())
+    out = fx_layer(t)
+    ref = ref_layer(th(x.copy()))
+    assert_close(out, ref)
+    if inplace:
+        assert_close(t, ref)
+
+
+@pytest.mark.parametrize("kwargs", [{}, dict(affine=False), dict(eps=1e-3), dict(bias=False)])
+@pytest.mark.parametrize("shape", [(2, 6, 4, 5), (3, 6, 7)], ids=["NCHW", "NCL"])
+def test_groupnorm(rng, kwargs, shape):
+    fx_gn, ref_gn = nn.GroupNorm(3, 6, **kwargs), torch.nn.GroupNorm(3, 6, **kwargs)
+    with torch.no_grad():
+        for p in ref_gn.parameters():
+            p.copy_(torch.rand(p.shape) + 0.5)
+    assert repr(fx_gn) == repr(ref_gn)
+    check_layer(fx_gn, ref_gn, rand(rng, *shape) * 2 + 1)
+
+
+@pytest.mark.parametrize("normalized_shape", [8, (4, 8)])
+@pytest.mark.parametrize("kwargs", [{}, dict(elementwise_affine=False), dict(eps=1e-6)])
+def test_rmsnorm(rng, normalized_shape, kwargs):
+    fx_rms, ref_rms = nn.RMSNorm(normalized_shape, **kwargs), torch.nn.RMSNorm(normalized_shape, **kwargs)
+    with torch.no_grad():
+        for p in ref_rms.parameters():
+            p.copy_(torch.rand(p.shape) + 0.5)
+    assert repr(fx_rms) == repr(ref_rms)
+    check_layer(fx_rms, ref_rms, rand(rng, 2, 3, 4, 8) * 2 + 1)
+
+
+@pytest.mark.parametrize("cls, shape", [("InstanceNorm1d", (4, 3, 7)), ("InstanceNorm1d", (3, 7)),
+                                        ("InstanceNorm2d", (2, 3, 5, 6)), ("InstanceNorm2d", (3, 5, 6))],
+                         ids=["1d", "1d-unbatched", "2d", "2d-unbatched"])
+@pytest.mark.parametrize("kwargs", [{}, dict(affine=True), dict(affine=True, track_running_stats=True, momentum=0.3),
+                                    dict(track_running_stats=True, momentum=None)],
+                         ids=["plain", "affine", "stats", "stats-cumulative"])
+def test_instancenorm_train_then_eval(rng, cls, shape, kwargs):
+    fx_in, ref_in = getattr(nn, cls)(3, **kwargs), getattr(torch.nn, cls)(3, **kwargs)
+    with torch.no_grad():
+        for p in ref_in.parameters():
+            p.copy_(torch.rand(p.shape) + 0.5)
+    assert repr(fx_in) == repr(ref_in)
+    copy_state(fx_in, ref_in)
+    for _ in range(2):
+        x = rand(rng, *shape) * 3 + 1
+        assert_close(fx_in(fx(x)), ref_in(th(x)))
+    for name, buf in ref_in.named_buffers():
+        assert np.allclose(fx_in.get_buffer(name).numpy(), buf.numpy(), rtol=1e-5, atol=1e-6), name
+    fx_in.eval()
+    ref_in.eval()
+    check_layer(fx_in, ref_in, rand(rng, *shape))
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_mha_without_weights_and_masks(rng, mask_kind):
+    fx_mha, ref_mha = _mha_pair(embed_dim=8, num_heads=2, batch_first=True)
+    n, tgt, src = 3, 4, 6
+    attn_mask = np.triu(np.ones((tgt, src), dtype=bool), k=3)
+    padding = np.zeros((n, src), dtype=bool)
+    padding[:, -2:] = True
+    if mask_kind == "float":
+        attn_mask, padding = (np.where(m, -np.inf, 0).astype(np.float32) for m in (attn_mask, padding))
+    (out, w), (ref, _) = _run_mha(fx_mha, ref_mha, rand(rng, n, tgt, 8), rand(rng, n, src, 8), rand(rng, n, src, 8),
+                                  attn_mask=attn_mask, key_padding_mask=padding, need_weights=False)
+    assert w is None
+    assert_close(out, ref)

@@ -37,7 +37,9 @@ _TORCH_SPECIAL = {
 NO_TORCH = {"pipe_split", "quantize_affine", "dequantize_affine", "quantized_linear", "quantized_conv2d",
             "getitem_backward", "conv2d_weight_grad"}
 # torch.<name> takes other arguments than the op (and F.<name>): never use it for these.
-_FUNCTIONAL_ONLY = {"dropout", "dropout2d", "batch_norm", "layer_norm", "group_norm", "embedding"}
+# PyTorch leaves the order of equal elements open (topk): indices are checked by the values they pick.
+TIE_ORDER_UNSPECIFIED = {"topk"}
+_FUNCTIONAL_ONLY = {"dropout", "dropout2d", "batch_norm", "layer_norm", "group_norm", "embedding", "instance_norm"}
 
 
 def _torch_setitem(a, index, value):
@@ -320,8 +322,29 @@ def judge(op_name, args, kwargs, mutates, torch_oracle):
     ok, want = _call_torch(op_name, t_args, t_kwargs, mutates)
     if not ok:
         return "refused", f"succeeded ({_describe(got)}) where PyTorch refuses the call"
-    problem = _same(op, got, want)
+    if op_name in TIE_ORDER_UNSPECIFIED and isinstance(want, tuple) and len(want) == 2:
+        problem = _same_up_to_ties(op, got, want, t_args, t_kwargs)
+    else:
+        problem = _same(op, got, want)
     return None if problem is None else ("differs", f"succeeded but {problem}")
+
+
+def _same_up_to_ties(op, got, want, args, kwargs):
+    """For ``(values, indices)`` results whose tie order PyTorch leaves open: the same values, and
+    indices that pick those values from the input (each index may be any of its equal elements)."""
+    problem = _same(op, got[0], want[0])
+    if problem is not None or not isinstance(got[1], fxkit.Tensor):
+        return problem
+    bound = inspect.signature(op.impl).bind(None, *args, **kwargs)
+    bound.apply_defaults()
+    source, dim = bound.arguments["input"], bound.arguments["dim"]
+    indices = got[1].numpy()
+    if indices.shape != tuple(want[1].shape) or np.asarray(source).ndim == 0:
+        return _same(op, got[1], want[1])
+    picked = np.take_along_axis(np.asarray(source), indices, dim)
+    if not np.array_equal(picked, got[0].numpy(), equal_nan=picked.dtype.kind == "f"):
+        return "indices that do not pick the returned values"
+    return None
 
 
 def _valid(value):

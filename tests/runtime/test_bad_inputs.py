@@ -24,7 +24,7 @@ CASES_PER_OP = 3
 # Calls PyTorch refuses that fxkit answers, (ops, mutation kinds, why the answer is right).
 # Only the "refused" verdict can be excused: a crash or an answer unlike PyTorch's never is.
 LENIENT = [
-    ({"gelu", "silu", "leaky_relu", "lerp", "mse_loss"}, {"bool", "int"},
+    ({"gelu", "silu", "leaky_relu", "lerp", "mse_loss", "hardsigmoid", "hardswish", "mish"}, {"bool", "int"},
      "integer and bool inputs are promoted to the default float dtype, as exp() does in PyTorch; "
      "PyTorch implements these ops for floating types only"),
     ({"abs", "relu", "argmax", "argmin"}, {"bool"},
@@ -43,6 +43,8 @@ LENIENT = [
      "values are cast to the tensor's dtype, as PyTorch's basic-index copy does (its index_put "
      "refuses mixed dtypes); nested lists are accepted as values"),
     ({"scatter"}, {"list"}, "src may be a nested list of numbers"),
+    ({"index_put"}, {"none"}, "a None entry of indices is a whole dimension: ATen's Optional[Tensor] form, "
+     "which torch.export graphs of ``x[:, idx] = v`` carry (PyTorch's Python binding refuses it)"),
     ({"dropout", "dropout2d", "to"}, {"list"},
      "given no tensor at all, these ops hand a Python container back (graph shape arithmetic)"),
     ({"getitem"}, {"bool"}, "numpy reads an empty bool index as an empty integer index"),

@@ -176,12 +176,14 @@ def test_interpolate_align_corners_with_nearest(rng):
 
 
 def test_interpolate_unsupported_mode_and_rank(rng):
-    with pytest.raises(ValueError, match=r"interpolate: mode 'bicubic' is not supported; use one of "
-                                         r"\('nearest', 'bilinear'\)"):
-        ops.interpolate(t(randf(rng, 1, 1, 4, 4)), scale_factor=2, mode="bicubic")
-    with pytest.raises(ShapeError, match=r"interpolate: expected a 4-D \(N, C, H, W\) input \(fxkit resizes 2-D "
-                                         r"images only\), got a 3-D input of shape \[1, 4, 4\]"):
-        ops.interpolate.shape_rule(meta(1, 4, 4), scale_factor=2)
+    with pytest.raises(ValueError, match=r"interpolate: mode 'area' is not supported; use one of "
+                                         r"\('nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear'\)"):
+        ops.interpolate(t(randf(rng, 1, 1, 4, 4)), scale_factor=2, mode="area")
+    with pytest.raises(ShapeError, match=r"interpolate: expected a 3-D \(N, C, L\), 4-D \(N, C, H, W\) or 5-D "
+                                         r"\(N, C, D, H, W\) input, got a 2-D input of shape \[4, 4\]"):
+        ops.interpolate.shape_rule(meta(4, 4), scale_factor=2)
+    with pytest.raises(ShapeError, match=r"interpolate: got 3D input, but bicubic mode needs 4D input"):
+        ops.interpolate.shape_rule(meta(1, 4, 4), scale_factor=2, mode="bicubic")
 
 
 def test_interpolate_output_must_be_nonempty(rng):

@@ -1,4 +1,4 @@
-"""The nn ops' effects that the case harness cannot compare: batch_norm's in-place
+"""The nn ops' effects that the case harness cannot compare: batch_norm's and instance_norm's in-place
 running-statistics update (against PyTorch), dropout's randomness (statistics,
 exact scaling, whole-channel zeroing, seeding), and embedding's in-place max_norm."""
 import numpy as np
@@ -32,6 +32,26 @@ def test_batch_norm_training_updates_running_stats_like_torch(shape, momentum, d
     np.testing.assert_allclose(fx_mean.cpu().numpy(), t_mean.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(fx_var.cpu().numpy(), t_var.numpy(), rtol=1e-5, atol=1e-6)
     assert not np.allclose(fx_var.cpu().numpy(), var), "running_var was not updated"
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 7), (2, 3, 5, 4)], ids=["NCL", "NCHW"])
+def test_instance_norm_updates_running_stats_like_torch(shape, device, rng):
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    c = shape[1]
+    x, mean, var, w, b = randf(rng, *shape), randf(rng, c), randpos(rng, c), randf(rng, c), randf(rng, c)
+    fx_mean, fx_var = _tensor(mean.copy(), device), _tensor(var.copy(), device)
+    out = ops.instance_norm(_tensor(x, device), fx_mean, fx_var, _tensor(w, device), _tensor(b, device),
+                            momentum=0.3)
+    t_mean, t_var = torch.from_numpy(mean.copy()), torch.from_numpy(var.copy())
+    expected = F.instance_norm(torch.from_numpy(x), t_mean, t_var, torch.from_numpy(w), torch.from_numpy(b),
+                               momentum=0.3)
+    np.testing.assert_allclose(out.cpu().numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(fx_mean.cpu().numpy(), t_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fx_var.cpu().numpy(), t_var.numpy(), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(fx_var.cpu().numpy(), var), "running_var was not updated"
+    assert ops.instance_norm.pure is False
 
 
 def test_batch_norm_eval_leaves_running_stats_alone(device, rng):

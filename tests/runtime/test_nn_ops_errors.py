@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import fxkit
+import fxkit.nn.functional as F
 from fxkit import ops
 from fxkit.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
@@ -184,3 +185,45 @@ def test_one_hot_errors(rng):
         ops.one_hot(t(np.zeros(0, dtype=np.int64)))
     with pytest.raises(ShapeError, match=r"with num_classes=-1 the output size .* depends on the data"):
         ops.one_hot.shape_rule(meta(4, dtype=fxkit.int64))
+
+
+# -- the ops added for imported models ----------------------------------------------------------
+def test_attention_errors_say_what_and_how():
+    q, k, v = fxkit.randn(2, 4, 3, 8), fxkit.randn(2, 2, 5, 8), fxkit.randn(2, 2, 5, 6)
+    sdpa = F.scaled_dot_product_attention
+    with pytest.raises(ShapeError, match=r"should not be set when is_causal=True.*combine a causal mask"):
+        sdpa(q, k, v, attn_mask=fxkit.ones(3, 5).bool(), is_causal=True, enable_gqa=True)
+    with pytest.raises(ShapeError, match=r"query heads \(4\) to be a multiple of the key and value heads \(3, 3\)"):
+        sdpa(q, fxkit.randn(2, 3, 5, 8), fxkit.randn(2, 3, 5, 6), enable_gqa=True)
+    with pytest.raises(ShapeError, match=r"key and value must have the same length, got key \[2, 2, 5, 8\] and value"):
+        sdpa(q, k, fxkit.randn(2, 2, 4, 6), enable_gqa=True)
+    with pytest.raises(DTypeError, match=r"attn_mask must be bool or of the query's dtype \(float32\), got int64"):
+        sdpa(q, k, v, attn_mask=fxkit.ones(3, 5).long(), enable_gqa=True)
+    with pytest.raises(ShapeError, match=r"leading dims of query \[2, 4, 3, 8\], key \[2, 2, 5, 8\].*"
+                                         r"pass enable_gqa=True"):
+        sdpa(q, k, v)  # 4 query heads against 2 key heads without enable_gqa
+
+
+def test_sort_and_topk_errors():
+    x = fxkit.randn(3, 4)
+    with pytest.raises(IndexOutOfRangeError, match=r"topk: k=5 is out of range for dimension -1 of size 4.*\[0, 4\]"):
+        x.topk(5)
+    with pytest.raises(DTypeError, match=r"topk: bool inputs are not supported.*\.int\(\)"):
+        (x > 0).topk(1)
+    with pytest.raises(DTypeError, match=r"sort: descending must be a bool, got str"):
+        x.sort(descending="yes")
+
+
+def test_instance_and_rms_norm_errors():
+    with pytest.raises(ShapeError, match=r"instance_norm: expected an input of rank >= 3 \(N, C, \*\).*unsqueeze\(0\)"):
+        F.instance_norm(fxkit.randn(4, 3))
+    with pytest.raises(ShapeError, match=r"expected more than 1 spatial element when training, got input of shape "
+                                         r"\[2, 3, 1\]"):
+        F.instance_norm(fxkit.randn(2, 3, 1))
+    with pytest.raises(ShapeError, match=r"must be given when use_input_stats=False"):
+        F.instance_norm(fxkit.randn(2, 3, 4), use_input_stats=False)
+    with pytest.raises(ShapeError, match=r"rms_norm: given normalized_shape=\[5\], expected an input of shape "
+                                         r"\[\*, 5\], but got input of shape \[2, 4\]"):
+        F.rms_norm(fxkit.randn(2, 4), (5,))
+    with pytest.raises(DTypeError, match=r"relu6: bool inputs are not supported.*cast with"):
+        F.relu6(fxkit.ones(3).bool())

@@ -102,6 +102,17 @@ def test_dense_flops_match_pytorch_flop_counter(name):
     assert dense_flops(fxkit.symbolic_trace(model), *shapes) == counter.get_total_flops()
 
 
+def test_attention_flops_match_pytorch_flop_counter():
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    shapes = [(2, 4, 16, 8), (2, 4, 12, 8), (2, 4, 12, 6)]
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        torch.nn.functional.scaled_dot_product_attention(*(torch.randn(*s) for s in shapes))
+    fn = lambda q, k, v: fxkit.nn.functional.scaled_dot_product_attention(q, k, v)  # noqa: E731
+    assert dense_flops(fxkit.symbolic_trace(fn), *shapes) == counter.get_total_flops() == 2 * 2 * 4 * 16 * 12 * 14
+
+
 def test_transformer_block_dense_flops_by_hand():
     # PyTorch's MultiheadAttention fast path is invisible to FlopCounterMode: count by hand.
     model, _ = zoo_model("transformer_block")

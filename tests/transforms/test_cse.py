@@ -105,6 +105,18 @@ def test_impure_ops_never_merge():
     assert e is f
 
 
+def test_attention_with_dropout_never_merges_and_without_it_does(rng):
+    def f(q, k, v):
+        sdpa = F.scaled_dot_product_attention
+        return (sdpa(q, k, v, dropout_p=0.5), sdpa(q, k, v, dropout_p=0.5), sdpa(q, k, v), sdpa(q, k, v))
+
+    gm = cse(f)
+    assert calls(gm) == ["scaled_dot_product_attention"] * 3
+    q, k, v = randn(rng, 2, 8, 4), randn(rng, 2, 8, 4), randn(rng, 2, 8, 4)
+    a, b, c, d = gm(q, k, v)
+    assert not np.array_equal(a.numpy(), b.numpy()) and c is d
+
+
 def test_training_batch_norm_calls_never_merge(rng):
     def f(x, mean, var):
         return (F.batch_norm(x, mean, var, training=True), F.batch_norm(x, mean, var, training=True))

@@ -3,12 +3,12 @@
 conv2d's input gradient is a transposed convolution of the output's gradient
 (col2im on BLAS) cropped to the input, its weight gradient ``conv2d_weight_grad``
 (im2col and one matrix product, as the forward); conv1d runs through them
-with a height of one, conv_transpose2d swaps the two roles. max_pool2d sends
+with a height of one, conv_transpose2d swaps the two roles. max_pool2d and adaptive_max_pool2d send
 each gradient to the input element it picked, by the indices a recording
 forward keeps. avg_pool2d spreads each gradient over its window (a
 transposed convolution with a kernel of ones). adaptive_avg_pool2d and
-interpolate are separable linear maps ``R @ x @ C``; their gradient applies
-the transposes, which the op itself computes when run on identity images.
+interpolate are separable linear maps (``R @ x @ C`` for images); their gradient
+applies the transposes, which the op itself computes when run on identity images.
 """
 from fxkit.runtime.autograd.backward_ops import conv_pads
 from fxkit.runtime.autograd.function import defgrad
@@ -109,12 +109,29 @@ def _max_pool_forward(op, args, kwargs):
 @defgrad("max_pool2d", forward=_max_pool_forward)
 def _max_pool2d(ctx, g, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                 return_indices=False):
-    values = g[0] if return_indices else g
+    return _spread_to_indices(g[0] if return_indices else g, ctx.extra, input)
+
+
+def _spread_to_indices(values, indices, input):
+    """Each output gradient sent to the input element its flat ``H * W`` index names."""
     lead = tuple(input.shape[:-2])
     outputs = lead + (values.shape[-2] * values.shape[-1],)
     planes = _zeros(lead + (input.shape[-2] * input.shape[-1],), dtype=values.dtype, device=values.device)
-    spread = _scatter_add(planes, -1, ctx.extra.reshape(outputs), values.reshape(outputs))
+    spread = _scatter_add(planes, -1, indices.reshape(outputs), values.reshape(outputs))
     return spread.reshape(tuple(input.shape))
+
+
+def _adaptive_max_forward(op, args, kwargs):
+    """Record adaptive_max_pool2d with its indices (kept for backward), as max_pool2d."""
+    kwargs = dict(kwargs)
+    wanted = kwargs.pop("return_indices", args[2] if len(args) > 2 else False)
+    values, indices = op(*args[:2], return_indices=True, **kwargs)
+    return ((values, indices) if wanted else values), indices
+
+
+@defgrad("adaptive_max_pool2d", forward=_adaptive_max_forward)
+def _adaptive_max_pool2d(ctx, g, input, output_size, return_indices=False):
+    return _spread_to_indices(g[0] if return_indices else g, ctx.extra, input)
 
 
 @defgrad("avg_pool2d")
@@ -139,17 +156,22 @@ def _avg_pool2d_grad(ctx, g, input, kernel_size, stride=None, padding=0, ceil_mo
     return _crop(spread, ph, pw, h, w).reshape(tuple(input.shape))
 
 
-def _separable_adjoint(g, input, apply):
-    """The gradient of a per-image linear map ``out = R @ x @ C`` that ``apply`` computes:
-    ``R^T @ g @ C^T``, where ``R^T`` and ``C`` are ``apply`` run on identity images (each
-    row of C sums to 1 for the resizes here, so one axis does not disturb the other)."""
-    h, w = input.shape[-2:]
+def _separable_adjoint(g, input, apply, spatial=2):
+    """The gradient of a per-image map that is linear and separable over the last ``spatial``
+    axes, ``apply`` computing it: along each axis, the transpose of that axis's matrix. The
+    matrix comes from ``apply`` run on identity images (the eye along the axis, constant along
+    the others: every resize here has rows summing to 1, so the other axes leave it alone)."""
     dev, dtype = g.device, g.dtype
-    rows = _eye(h, dtype, dev).reshape(h, 1, h, 1).expand(h, 1, h, w)
-    cols = _eye(w, dtype, dev).reshape(w, 1, 1, w).expand(w, 1, h, w)
-    r_t = apply(rows)[:, 0, :, 0]  # (H, OH)
-    c = apply(cols)[:, 0, 0, :]  # (W, OW)
-    return r_t.matmul(g.matmul(c.t()))
+    sizes = tuple(input.shape[-spatial:])
+    rank = len(g.shape)
+    for k, n in enumerate(sizes):
+        axis = rank - spatial + k
+        place = [1] * spatial
+        place[k] = n
+        images = _eye(n, dtype, dev).reshape((n, 1) + tuple(place)).expand((n, 1) + sizes)
+        picked = apply(images)[(slice(None), 0) + tuple(slice(None) if i == k else 0 for i in range(spatial))]
+        g = g.transpose(axis, -1).matmul(picked.t()).transpose(axis, -1)  # picked: (in, out)
+    return g
 
 
 def _eye(n, dtype, device):
@@ -163,6 +185,7 @@ def _adaptive_avg_pool2d_grad(ctx, g, input, output_size):
 
 @defgrad("interpolate")
 def _interpolate_grad(ctx, g, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                      recompute_scale_factor=None):
+                      recompute_scale_factor=None, antialias=False):
     return _separable_adjoint(g, input, lambda images: _interpolate(images, size, scale_factor, mode, align_corners,
-                                                                    recompute_scale_factor))
+                                                                    recompute_scale_factor, antialias),
+                              len(input.shape) - 2)

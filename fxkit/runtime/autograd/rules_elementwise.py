@@ -194,6 +194,30 @@ def _gelu(ctx, g, a, approximate="none"):
     return g * (cdf + a * pdf)
 
 
+@defgrad("relu6", saves=("input",), inplace_kw=True)
+def _relu6(ctx, g, input, inplace=False):  # noqa: A002
+    # NOTE: zero at both kinks, as PyTorch's hardtanh_backward (min < x < max)
+    return _where((input > 0) & (input < 6), g, 0.0)
+
+
+@defgrad("hardsigmoid", saves=("input",), inplace_kw=True)
+def _hardsigmoid(ctx, g, input, inplace=False):  # noqa: A002
+    return _where((input > -3) & (input < 3), g / 6, 0.0)
+
+
+@defgrad("hardswish", saves=("input",), inplace_kw=True)
+def _hardswish(ctx, g, input, inplace=False):  # noqa: A002
+    # PyTorch's hardswish_backward: 0 below -3, g * (x / 3 + 1/2) up to 3, g above
+    return _where(input < -3, 0.0, _where(input <= 3, g * (input / 3 + 0.5), g))
+
+
+@defgrad("mish", saves=("input",), inplace_kw=True)
+def _mish(ctx, g, input, inplace=False):  # noqa: A002
+    # PyTorch's mish_backward: tanh(softplus(x)) + x * sigmoid(x) * (1 - tanh(softplus(x))**2)
+    t = input.clamp(max=20.0).exp().log1p().tanh()
+    return g * (t + input * input.sigmoid() * (1 - t * t))
+
+
 def _zero_rule(name):
     @defgrad(name)
     def rule(ctx, g, a, *args, **kwargs):

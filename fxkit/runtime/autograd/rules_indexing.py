@@ -13,6 +13,7 @@ _index_add = get_op("index_add")
 _pad = get_op("pad")
 _scatter_add = get_op("scatter_add")
 _zeros = get_op("zeros")
+_ones_like = get_op("ones_like")
 
 
 def _zeros_as(like, g):
@@ -52,10 +53,23 @@ def _gather(ctx, g, a, dim, index):
     return _scatter_add(_zeros_as(a, g), dim, index, g)
 
 
-@defgrad("scatter", saves=("index",))
-def _scatter(ctx, g, a, dim, index, src=None, value=None):
-    ga = g.scatter(dim, index, value=0.0) if ctx.needs(a) else None
-    gsrc = _fit(g.gather(dim, index), tuple(src.shape)) if src is not None and ctx.needs(src) else None
+@defgrad("scatter", saves=("index", "src"), out=True)
+def _scatter(ctx, g, a, dim, index, src=None, value=None, reduce=None):
+    needs_src = src is not None and hasattr(src, "shape") and ctx.needs(src)
+    if reduce is None:
+        ga = g.scatter(dim, index, value=0.0) if ctx.needs(a) else None
+        gsrc = _fit(g.gather(dim, index), tuple(src.shape)) if needs_src else None
+    elif reduce == "add":
+        ga, gsrc = g, (_fit(g.gather(dim, index), tuple(src.shape)) if needs_src else None)
+    else:
+        # out = a * (the product of what lands there): d out / d a is that product, and each
+        # factor's derivative is the rest of it times a, i.e. out / factor.
+        factors = _ones_like(g).scatter(dim, index, src, value, reduce="multiply")
+        ga = g * factors if ctx.needs(a) else None
+        gsrc = None
+        if needs_src:
+            block = src[tuple(slice(0, s) for s in index.shape)]
+            gsrc = _fit((g * ctx.out).gather(dim, index) / block, tuple(src.shape))
     return ga, None, None, gsrc
 
 
@@ -87,3 +101,17 @@ def _tril(ctx, g, a, diagonal=0):
 @defgrad("triu")
 def _triu(ctx, g, a, diagonal=0):
     return g.triu(diagonal)
+
+
+def _index_of(indices):
+    return tuple(slice(None) if i is None else i for i in indices)
+
+
+@defgrad("index_put", saves=("indices",))
+def _index_put(ctx, g, a, indices, values, accumulate=False):
+    index = _index_of(indices)
+    ga = None
+    if ctx.needs(a):
+        ga = g if accumulate else g.index_put(indices, _zeros((), dtype=g.dtype, device=g.device))
+    gvalues = g[index] if hasattr(values, "shape") and ctx.needs(values) else None
+    return ga, None, gvalues

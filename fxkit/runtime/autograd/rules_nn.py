@@ -1,4 +1,5 @@
-"""Derivative rules of normalisation, dropout and embedding (PyTorch's formulas).
+"""Derivative rules of normalisation (batch, layer, group, instance, RMS), dropout and embedding
+(PyTorch's formulas).
 
 The normalisations recompute their statistics from the saved input instead of
 keeping them: one pass over the input against a second full-size saved tensor.
@@ -12,6 +13,7 @@ import numpy as np
 from fxkit.runtime.autograd.function import defgrad
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.factories import generator
+from fxkit.runtime.ops.norm_ops import rms_eps
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 
@@ -145,3 +147,45 @@ def _embedding(ctx, g, input, weight, padding_idx=None, max_norm=None, norm_type
     if padding_idx is not None:
         grad[padding_idx] = 0.0
     return None, grad
+
+
+@defgrad("instance_norm", saves=("input", "running_mean", "running_var", "weight"),
+         nondiff=("running_mean", "running_var"))
+def _instance_norm(ctx, g, input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                   momentum=0.1, eps=1e-5):
+    c = input.shape[1]
+    channel = (1, c) + (1,) * (input.ndim - 2)
+    spatial = tuple(range(2, input.ndim))
+    if use_input_stats:
+        centered, invstd = _moments(input, spatial, eps)
+    else:
+        centered = input - running_mean.reshape(channel)
+        invstd = (running_var.reshape(channel) + eps).rsqrt()
+    gx = gw = gb = None
+    if ctx.needs(input):
+        scaled = g if weight is None else g * weight.reshape(channel)
+        if use_input_stats:
+            gx = _normalized_backward(scaled, centered, invstd, spatial, math.prod(input.shape[2:]))
+        else:
+            gx = scaled * invstd
+    if weight is not None and ctx.needs(weight):
+        gw = (g * centered * invstd).sum((0,) + spatial)
+    if bias is not None and ctx.needs(bias):
+        gb = g.sum((0,) + spatial)
+    return gx, None, None, gw, gb
+
+
+@defgrad("rms_norm", saves=("input", "weight"))
+def _rms_norm(ctx, g, input, normalized_shape, weight=None, eps=None):
+    k = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
+    axes = tuple(range(input.ndim - k, input.ndim))
+    lead = tuple(range(input.ndim - k))
+    inv_rms = ((input * input).mean(axes, True) + rms_eps(eps, input.dtype.np)).rsqrt()
+    gx = gw = None
+    if ctx.needs(input):
+        scaled = g if weight is None else g * weight
+        # d/dx of x * r, r = (mean(x^2) + eps)^-1/2: r * (g - x * r^2 * mean(g * x))
+        gx = (scaled - input * (inv_rms * inv_rms) * (scaled * input).mean(axes, True)) * inv_rms
+    if weight is not None and ctx.needs(weight):
+        gw = (g * input * inv_rms).sum(lead) if lead else g * input * inv_rms
+    return gx, None, gw

@@ -5,7 +5,7 @@ nondifferentiable("it returns bool; compare without tracking gradients", "eq", "
                   "isnan", "logical_and", "logical_or", "logical_xor", "logical_not")
 nondifferentiable("it works on integer or bool tensors", "bitwise_and", "bitwise_or", "bitwise_xor",
                   "bitwise_not", "one_hot")
-nondifferentiable("it returns integer indices", "argmax", "argmin")
+nondifferentiable("it returns integer indices", "argmax", "argmin", "argsort")
 nondifferentiable("it returns bool", "all", "any")
 nondifferentiable("it casts to an integer or bool dtype", "int", "long", "bool")
 nondifferentiable("its result is piecewise constant and PyTorch defines no derivative for it; use div() "

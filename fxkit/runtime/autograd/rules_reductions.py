@@ -173,3 +173,27 @@ def _log_softmax(ctx, g, a, dim=None, dtype=None):
 @defgrad("logsumexp", saves=("a",), out=True)
 def _logsumexp(ctx, g, a, dim, keepdim=False):
     return unreduce(g, a.shape, dim, keepdim) * (a - unreduce(ctx.out, a.shape, dim, keepdim)).exp()
+
+
+def _picked_rule(name):
+    """sort and topk: each value's gradient goes back to the position it was picked from."""
+
+    @defgrad(name, out=True)
+    def rule(ctx, g, input, *args, **kwargs):  # noqa: A002
+        values, indices = g[0], ctx.out[1]
+        if input.ndim == 0:
+            return values
+        d = single_dim(_dim_of(name, args, kwargs), input.ndim, name)
+        return _zeros(input.shape, dtype=values.dtype, device=values.device).scatter(d, indices, values)
+
+    return rule
+
+
+def _dim_of(name, args, kwargs):
+    """The ``dim`` argument of a sort (``sort(input, dim)``) or topk (``topk(input, k, dim)``) call."""
+    at = 0 if name == "sort" else 1
+    return kwargs.get("dim", args[at] if len(args) > at else -1)
+
+
+_picked_rule("sort")
+_picked_rule("topk")

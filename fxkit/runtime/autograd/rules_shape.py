@@ -13,6 +13,7 @@ _pad = get_op("pad")
 _zeros = get_op("zeros")
 _arange = get_op("arange")
 _index_add = get_op("index_add")
+_stack_op = get_op("stack")
 
 
 def _reshape_back(name):
@@ -135,3 +136,18 @@ def _pad_grad(ctx, g, input, pad, mode="constant", value=None):  # noqa: A002
         index = _pad(_arange(n, device=g.device), [lo, hi], mode=mode)
         g = _index_add(_zeros(before, dtype=g.dtype, device=g.device), d, index, g)
     return g
+
+
+@defgrad("swapaxes")
+def _swapaxes(ctx, g, a, axis0, axis1):
+    return g.transpose(axis0, axis1)
+
+
+@defgrad("swapdims")
+def _swapdims(ctx, g, a, dim0, dim1):
+    return g.transpose(dim0, dim1)
+
+
+@defgrad("unbind")
+def _unbind(ctx, g, a, dim=0):
+    return _stack_op(list(g), dim)

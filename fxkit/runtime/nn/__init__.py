@@ -5,7 +5,8 @@ same parameter names, shapes and initialisation, so a PyTorch state_dict
 converted to numpy loads unchanged and gives the same outputs.
 """
 from fxkit.runtime.nn import functional, init
-from fxkit.runtime.nn.activation import GELU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
+from fxkit.runtime.nn.activation import (GELU, Hardsigmoid, Hardswish, LogSoftmax, Mish, ReLU, ReLU6, Sigmoid, SiLU,
+                                         Softmax, Tanh)
 from fxkit.runtime.nn.attention import MultiheadAttention
 from fxkit.runtime.nn.container import ModuleDict, ModuleList, Sequential
 from fxkit.runtime.nn.conv import Conv2d
@@ -14,12 +15,15 @@ from fxkit.runtime.nn.embedding import Embedding
 from fxkit.runtime.nn.flatten import Flatten
 from fxkit.runtime.nn.linear import Identity, Linear, NonDynamicallyQuantizableLinear
 from fxkit.runtime.nn.module import IncompatibleKeys, Module
-from fxkit.runtime.nn.normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from fxkit.runtime.nn.normalization import (BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d,
+                                            LayerNorm, RMSNorm)
 from fxkit.runtime.nn.parameter import Parameter
-from fxkit.runtime.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from fxkit.runtime.nn.pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
+from fxkit.runtime.nn.rnn import GRU, LSTM
 
 __all__ = ["functional", "init", "Module", "Parameter", "IncompatibleKeys", "Linear", "Identity",
-           "NonDynamicallyQuantizableLinear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding",
-           "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MaxPool2d", "AvgPool2d",
-           "AdaptiveAvgPool2d", "Dropout", "Dropout2d", "Flatten", "Sequential", "ModuleList", "ModuleDict",
-           "MultiheadAttention"]
+           "NonDynamicallyQuantizableLinear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm",
+           "RMSNorm", "InstanceNorm1d", "InstanceNorm2d", "Embedding",
+           "ReLU", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax",
+           "LogSoftmax", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Dropout", "Dropout2d",
+           "Flatten", "Sequential", "ModuleList", "ModuleDict", "MultiheadAttention", "LSTM", "GRU"]

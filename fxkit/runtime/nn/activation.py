@@ -1,4 +1,5 @@
-"""Activation layers: `ReLU`, `GELU`, `SiLU`, `Sigmoid`, `Tanh`, `Softmax`, `LogSoftmax`.
+"""Activation layers: `ReLU`, `ReLU6`, `Hardsigmoid`, `Hardswish`, `Mish`, `GELU`, `SiLU`, `Sigmoid`,
+`Tanh`, `Softmax`, `LogSoftmax`.
 
 Each forwards to the op of the same name; ``inplace=True`` writes the result
 into the input, as in PyTorch.
@@ -29,6 +30,61 @@ class ReLU(Module):
 
     def _init_kwargs(self):
         return {"inplace": self.inplace}
+
+
+class _InplaceActivation(Module):
+    """A layer that applies the op ``_op`` (an ``F`` name) with its ``inplace`` flag."""
+
+    _op = None
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        op = getattr(F, self._op)
+        return op(input, inplace=True) if self.inplace else op(input)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
+    def _init_kwargs(self):
+        return {"inplace": self.inplace}
+
+
+class ReLU6(_InplaceActivation):
+    """``min(max(x, 0), 6)`` elementwise (MobileNetV2).
+
+    Example:
+        >>> nn.ReLU6()(fxkit.tensor([-1.0, 3.0, 8.0]))
+        tensor([0., 3., 6.])
+    """
+
+    _op = "relu6"
+
+
+class Hardsigmoid(_InplaceActivation):
+    """``relu6(x + 3) / 6`` elementwise (MobileNetV3's squeeze-excitation gate)."""
+
+    _op = "hardsigmoid"
+
+    def extra_repr(self):
+        return ""  # PyTorch's Hardsigmoid does not show its inplace flag
+
+
+class Hardswish(_InplaceActivation):
+    """``x * relu6(x + 3) / 6`` elementwise (MobileNetV3)."""
+
+    _op = "hardswish"
+
+    def extra_repr(self):
+        return ""  # PyTorch's Hardswish does not show its inplace flag
+
+
+class Mish(_InplaceActivation):
+    """``x * tanh(softplus(x))`` elementwise."""
+
+    _op = "mish"
 
 
 class SiLU(Module):

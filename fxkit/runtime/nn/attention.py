@@ -5,7 +5,8 @@ Parameters match ``torch.nn.MultiheadAttention`` (``in_proj_weight`` of shape
 ``out_proj``; separate ``q/k/v_proj_weight`` when kdim/vdim differ), so its
 state_dict loads unchanged. The heads are computed as one batched matmul over
 ``(N, heads, L, head_dim)``; the scores are the same dot products PyTorch's
-``bmm`` formulation computes.
+``bmm`` formulation computes. Without ``need_weights`` the heads go through the
+``scaled_dot_product_attention`` op, one graph node, as PyTorch's fast path does.
 """
 import math
 
@@ -132,17 +133,23 @@ class MultiheadAttention(Module):
             raise ShapeError(f"MultiheadAttention: expected query with embedding dimension {self.embed_dim}, got "
                              f"query of shape {list(query.shape)}")
         q, k, v = self._in_projection(query, key, value, self_attention)
-        q = self._split_heads(q, tgt_len, bsz, batch_first) * math.sqrt(1.0 / float(self.head_dim))
+        q = self._split_heads(q, tgt_len, bsz, batch_first)
         k = self._split_heads(k, src_len, bsz, batch_first)
         v = self._split_heads(v, src_len, bsz, batch_first)
-        scores = q.matmul(k.transpose(-2, -1))  # (N, H, L, S)
-        mask = self._merged_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len, scores.dtype)
-        if mask is not None:
-            scores = scores + mask
-        weights = F.softmax(scores, -1)
-        if self.training and self.dropout > 0.0:
-            weights = F.dropout(weights, self.dropout)
-        out = weights.matmul(v)  # (N, H, L, D)
+        mask = self._merged_mask(attn_mask, key_padding_mask, bsz, tgt_len, src_len, q.dtype)
+        dropout = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights:
+            # NOTE: the weights are a result here, so the scores are computed in the open (as PyTorch does)
+            scores = (q * math.sqrt(1.0 / float(self.head_dim))).matmul(k.transpose(-2, -1))  # (N, H, L, S)
+            if mask is not None:
+                scores = scores + mask
+            weights = F.softmax(scores, -1)
+            if dropout > 0.0:
+                weights = F.dropout(weights, dropout)
+            out = weights.matmul(v)  # (N, H, L, D)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         if batch_first:
             out = out.permute(0, 2, 1, 3).reshape(bsz, tgt_len, embed_dim)
         else:

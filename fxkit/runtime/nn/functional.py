@@ -13,13 +13,17 @@ from fxkit.runtime.registry import all_ops, get_op
 
 __all__ = [
     # activations
-    "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax",
+    "relu", "relu6", "hardsigmoid", "hardswish", "mish", "leaky_relu", "gelu", "silu", "sigmoid", "tanh",
+    "softmax", "log_softmax",
     # linear and convolution
     "linear", "conv1d", "conv2d", "conv_transpose2d",
     # pooling and resampling
-    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "interpolate", "pad",
+    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "interpolate", "pad",
     # normalisation, dropout, embeddings
-    "batch_norm", "layer_norm", "group_norm", "dropout", "dropout2d", "embedding", "one_hot",
+    "batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "dropout", "dropout2d", "embedding",
+    "one_hot",
+    # attention
+    "scaled_dot_product_attention",
     # losses
     "cross_entropy", "nll_loss", "mse_loss",
 ]

@@ -1,4 +1,5 @@
-"""Normalisation layers: `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`."""
+"""Normalisation layers: `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `GroupNorm`, `RMSNorm`,
+`InstanceNorm1d`, `InstanceNorm2d`, with PyTorch's parameters, buffers and defaults."""
 from fxkit.errors import ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.nn import functional as F
@@ -172,3 +173,156 @@ class LayerNorm(Module):
         return {"normalized_shape": list(self.normalized_shape), "eps": self.eps,
                 "elementwise_affine": self.elementwise_affine,
                 "bias": self.elementwise_affine and self.bias is not None}
+
+
+class GroupNorm(Module):
+    """Group normalisation of ``(N, C, *)`` inputs: ``num_groups`` groups of channels, each
+    normalised over its channels and positions, then a per-channel affine map.
+
+    Args:
+        num_groups: groups the channels are divided into; must divide ``num_channels``.
+        num_channels: channels C of the input.
+        eps: added to the variance.
+        affine: learn ``weight`` (ones) and ``bias`` (zeros) of shape ``(C,)``.
+        bias: learn the bias (when ``affine``).
+
+    Example:
+        >>> nn.GroupNorm(4, 16)(fxkit.randn(2, 16, 8, 8)).shape
+        (2, 16, 8, 8)
+    """
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None, *, bias=True):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups "
+                             f"({num_groups})")
+        self.num_groups = num_groups
+        self.num_channels = num_channels
+        self.eps = eps
+        self.affine = affine
+        _affine_parameters(self, affine, bias, (num_channels,), device, dtype)
+
+    def reset_parameters(self):
+        _reset_affine(self)
+
+    def forward(self, input):
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")
+
+    def _init_kwargs(self):
+        return {"num_groups": self.num_groups, "num_channels": self.num_channels, "eps": self.eps,
+                "affine": self.affine, "bias": self.affine and self.bias is not None}
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalisation over the trailing ``normalized_shape`` dimensions (Llama, T5).
+
+    Args:
+        normalized_shape: int or tuple, the trailing dimensions normalised.
+        eps: added to the mean square; None: the machine epsilon of the input's dtype.
+        elementwise_affine: learn ``weight`` (ones) of shape ``normalized_shape``.
+
+    Example:
+        >>> nn.RMSNorm(64)(fxkit.randn(2, 10, 64)).shape
+        (2, 10, 64)
+    """
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(ones(*self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def reset_parameters(self):
+        if self.elementwise_affine:
+            init.ones_(self.weight)
+
+    def forward(self, input):
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+    def _init_kwargs(self):
+        return {"normalized_shape": list(self.normalized_shape), "eps": self.eps,
+                "elementwise_affine": self.elementwise_affine}
+
+
+class _InstanceNorm(_BatchNorm):
+    """Instance normalisation: each channel of each sample normalised over its positions.
+
+    PyTorch's defaults differ from batch norm's: ``affine=False`` and
+    ``track_running_stats=False``. With running statistics, training updates them
+    (with the instances' average) and eval mode normalises with them; otherwise
+    every call uses the instance statistics. Unbatched inputs ``(C, *)`` are accepted.
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False,
+                 device=None, dtype=None, *, bias=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
+
+    def forward(self, input):
+        if isinstance(input, Tensor) and input._data.ndim not in self._ranks + (self._ranks[0] - 1,):
+            raise ShapeError(f"{self._get_name()}: expected {self._shape_text} input, got a "
+                             f"{input._data.ndim}-D input of shape {list(input.shape)}")
+        unbatched = input.ndim == self._ranks[0] - 1
+        if unbatched:
+            input = input.unsqueeze(0)
+        use_input_stats = self.training or not self.track_running_stats
+        momentum = self.momentum if self.momentum is not None else 0.0
+        out = F.instance_norm(input, self.running_mean, self.running_var, self.weight, self.bias, use_input_stats,
+                              momentum, self.eps)
+        return out.squeeze(0) if unbatched else out
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation of ``(N, C, L)`` or unbatched ``(C, L)`` inputs.
+
+    Example:
+        >>> nn.InstanceNorm1d(16)(fxkit.randn(8, 16, 20)).shape
+        (8, 16, 20)
+    """
+
+    _ranks = (3,)
+    _shape_text = "a 2-D (C, L) or 3-D (N, C, L)"
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation of ``(N, C, H, W)`` or unbatched ``(C, H, W)`` inputs.
+
+    Example:
+        >>> nn.InstanceNorm2d(16, affine=True)(fxkit.randn(2, 16, 8, 8)).shape
+        (2, 16, 8, 8)
+    """
+
+    _ranks = (4,)
+    _shape_text = "a 3-D (C, H, W) or 4-D (N, C, H, W)"
+
+
+def _affine_parameters(module, affine, bias, shape, device, dtype):
+    """``weight`` (ones) and ``bias`` (zeros) of ``shape`` when ``affine``, else None entries."""
+    if affine:
+        module.weight = Parameter(ones(*shape, device=device, dtype=dtype))
+        if bias:
+            module.bias = Parameter(zeros(*shape, device=device, dtype=dtype))
+        else:
+            module.register_parameter("bias", None)
+    else:
+        module.register_parameter("weight", None)
+        module.register_parameter("bias", None)
+
+
+def _reset_affine(module):
+    if module.affine:
+        init.ones_(module.weight)
+        if module.bias is not None:
+            init.zeros_(module.bias)

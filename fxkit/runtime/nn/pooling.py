@@ -110,3 +110,26 @@ class AdaptiveAvgPool2d(Module):
 
     def _init_kwargs(self):
         return {"output_size": _jsonable(self.output_size)}
+
+
+class AdaptiveMaxPool2d(Module):
+    """Max pooling to a fixed ``output_size`` (int, pair, or None to keep a side).
+
+    Example:
+        >>> nn.AdaptiveMaxPool2d((3, 2))(fxkit.randn(2, 8, 7, 5)).shape
+        (2, 8, 3, 2)
+    """
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__()
+        self.output_size = _size(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, input):
+        return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+    def _init_kwargs(self):
+        return {"output_size": _jsonable(self.output_size), "return_indices": self.return_indices}

@@ -296,7 +296,16 @@ def _scatter_source(src, value):
     return (None, src) if src is not None and not hasattr(src, "shape") else (src, value)
 
 
-def _scatter_rule(a, dim, index, src=None, value=None):
+_REDUCTIONS = (None, "add", "multiply")
+
+
+def _check_reduce(reduce):
+    if reduce not in _REDUCTIONS:
+        raise ValueError(f"scatter: reduce argument must be either 'add' or 'multiply', got {reduce!r}")
+
+
+def _scatter_rule(a, dim, index, src=None, value=None, reduce=None):
+    _check_reduce(reduce)
     src, value = _scatter_source(src, value)
     along_layout("scatter", tuple(a.shape), dim, index, None if src is None else tuple(src.shape))
     if src is not None and src.dtype is not a.dtype:
@@ -310,8 +319,13 @@ def _scatter_dtype_error(a_dtype, src_dtype):
 
 
 @op("scatter", kind="other", shape_rule=_scatter_rule)
-def scatter(xp, a, dim, index, src=None, value=None):
-    """A copy of ``a`` with ``out[i][index[i][j]] = src[i][j]`` for ``dim=1`` (or ``value``)."""
+def scatter(xp, a, dim, index, src=None, value=None, reduce=None):
+    """A copy of ``a`` with ``out[i][index[i][j]] = src[i][j]`` for ``dim=1`` (or ``value``).
+
+    ``reduce='add'`` or ``'multiply'`` combines instead of overwriting: repeated
+    indices all take part, as in ``torch.scatter(..., reduce=...)``.
+    """
+    _check_reduce(reduce)
     src, value = _scatter_source(src, value)
     d = along_layout("scatter", a.shape, dim, index, None if src is None else src.shape)
     if src is not None and src.dtype != a.dtype:
@@ -323,8 +337,28 @@ def scatter(xp, a, dim, index, src=None, value=None):
     _check_bounds("scatter", index, d, a.shape[d])
     out = a.copy()
     fill = value if src is None else src[tuple(slice(0, s) for s in index.shape)]
-    out[_along(xp, index, d)] = fill
+    where = _along(xp, index, d)
+    if reduce is None:
+        out[where] = fill
+    else:
+        combine_at(xp, reduce, out, where, xp.broadcast_to(xp.asarray(fill, out.dtype), index.shape))
     return out.reshape(shape)
+
+
+def combine_at(xp, reduce, out, where, values):
+    """``out[where] += values`` (``reduce='add'``) or ``*=`` (``'multiply'``), every repeated
+    index taking part (numpy's ``ufunc.at``)."""
+    if xp.__name__ == "numpy":
+        (np.add if reduce == "add" else np.multiply).at(out, where, values)
+    elif reduce == "add":
+        import cupyx  # NOTE: imported only with a cuda tensor, like cupy itself
+
+        cupyx.scatter_add(out, where, values)
+    else:
+        # NOTE: cupy has no multiply.at; the rare multiplying scatter runs on the host.
+        host = out.get()
+        np.multiply.at(host, tuple(w.get() if hasattr(w, "get") else w for w in where), values.get())
+        out.set(host)
 
 
 def _index_select_shape(name, shape, dim, index):

@@ -1,11 +1,11 @@
-"""Normalisation ops: ``batch_norm``, ``layer_norm``, ``group_norm``.
+"""Normalisation ops: ``batch_norm``, ``layer_norm``, ``group_norm``, ``instance_norm``, ``rms_norm``.
 
 Signatures, defaults and formulas follow ``torch.nn.functional``. They are
 kind ``other``, not ``reduction``: the output has the input's shape (the
 statistics they reduce are internal), so passes that reason about reduced
 shapes must not treat them as reductions.
 
-batch_norm and group_norm apply one affine map ``x * scale + shift`` whose
+batch_norm, group_norm and instance_norm apply one affine map ``x * scale + shift`` whose
 ``scale`` and ``shift`` are computed on the small per-channel (per sample and
 channel) vectors first, so the full-size data is touched by one multiply and
 one in-place add. layer_norm's affine varies along the normalised dims, so it
@@ -14,6 +14,8 @@ bfloat16) get their statistics in float32; bfloat16 is also normalised in
 float32 and rounded once, as in PyTorch.
 """
 import math
+
+import numpy as np
 
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
@@ -225,3 +227,124 @@ def group_norm(xp, input, num_groups, weight=None, bias=None, eps=1e-5):
     if bias is not None:
         shift += bias
     return _channel_affine(xp, input, scale, shift, (n, c) + (1,) * (input.ndim - 2))
+
+
+def _check_instance_norm(input, running_mean, running_var, weight, bias, use_input_stats):
+    if len(input.shape) < 3:
+        raise ShapeError(f"instance_norm: expected an input of rank >= 3 (N, C, *), got shape {shown(input.shape)}; "
+                         f"add the batch dimension with unsqueeze(0)")
+    require_float("instance_norm", input)
+    channels = input.shape[1]
+    if (running_mean is None) != (running_var is None):
+        raise ShapeError("instance_norm: running_mean and running_var must either both be None or neither be None")
+    if not use_input_stats and running_mean is None:
+        raise ShapeError("instance_norm: running_mean and running_var must be given when use_input_stats=False; "
+                         "pass them or use_input_stats=True")
+    for vec, what in ((running_mean, "running_mean"), (running_var, "running_var"), (weight, "weight"),
+                      (bias, "bias")):
+        _check_channel_vector("instance_norm", vec, what, channels)
+    spatial = input.shape[2:]
+    if use_input_stats and all(isinstance(d, int) for d in spatial) and math.prod(spatial) <= 1:
+        raise ShapeError(f"instance_norm: expected more than 1 spatial element when training, got input of shape "
+                         f"{shown(input.shape)}")
+
+
+def _instance_norm_rule(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                        momentum=0.1, eps=1e-5):
+    _check_instance_norm(input, running_mean, running_var, weight, bias, use_input_stats)
+    return TensorMeta(input.shape, input.dtype, input.device)
+
+
+@op("instance_norm", kind="other", method=False, pure=False, shape_rule=_instance_norm_rule)
+def instance_norm(xp, input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalise each channel of each sample of ``(N, C, *)`` inputs over its spatial positions,
+    then apply the per-channel affine ``weight`` and ``bias``.
+
+    With ``use_input_stats`` (the default) each instance's statistics normalise it and, when
+    given, ``running_mean``/``running_var`` are updated in place with the batch average of
+    the instances' statistics (unbiased variance), as PyTorch does; otherwise the running
+    statistics normalise the input. Impure for the same reason as `batch_norm`.
+
+    Example:
+        >>> y = fxkit.ops.instance_norm(x)  # x: (N, C, H, W)
+    """
+    _check_instance_norm(input, running_mean, running_var, weight, bias, use_input_stats)
+    n, c = input.shape[:2]
+    if use_input_stats:
+        size = math.prod(input.shape[2:])
+        _, mean, scale = _row_statistics(xp, input.reshape(n * c, size), eps)
+        mean, scale = mean.reshape(n, c), scale.reshape(n, c)
+        if running_mean is not None:
+            # the biased variance back from 1 / sqrt(var + eps), then made unbiased
+            var = xp.reciprocal(scale * scale) - eps
+            running_mean *= 1 - momentum
+            running_mean += mean.mean(axis=0) * momentum
+            running_var *= 1 - momentum
+            running_var += var.mean(axis=0) * (momentum * size / (size - 1))
+    else:
+        mean = running_mean.reshape(1, c)
+        scale = xp.reciprocal(xp.sqrt(running_var + eps)).reshape(1, c)
+    if weight is not None:
+        scale = scale * weight
+    shift = mean * scale
+    xp.negative(shift, out=shift)
+    if bias is not None:
+        shift += bias
+    return _channel_affine(xp, input, scale, shift, shift.shape + (1,) * (input.ndim - 2))
+
+
+def rms_eps(eps, np_dtype):
+    """``eps`` of rms_norm: None means the machine epsilon of the dtype the input is computed
+    in (float32 for half types, float64 for float64), as in PyTorch."""
+    if eps is not None:
+        return eps
+    return float(np.finfo(np.float64 if np_dtype == np.float64 else np.float32).eps)
+
+
+def _check_rms_norm(input, normalized_shape, weight):
+    norm = _normalized_shape(normalized_shape)
+    k = len(norm)
+    if k == 0 or len(input.shape) < k or shapes_differ(input.shape[len(input.shape) - k:], norm):
+        raise ShapeError(f"rms_norm: given normalized_shape={shown(norm)}, expected an input of shape "
+                         f"[*, {shown(norm)[1:-1]}], but got input of shape {shown(input.shape)}")
+    require_float("rms_norm", input)
+    if weight is not None:
+        if shapes_differ(weight.shape, norm):
+            raise ShapeError(f"rms_norm: expected weight of the same shape as normalized_shape={shown(norm)}, "
+                             f"got weight of shape {shown(weight.shape)}")
+        require_float("rms_norm", weight, "weight")
+    return norm
+
+
+def _rms_norm_rule(input, normalized_shape, weight=None, eps=None):
+    _check_rms_norm(input, normalized_shape, weight)
+    return TensorMeta(input.shape, input.dtype, input.device)
+
+
+@op("rms_norm", kind="other", method=False, shape_rule=_rms_norm_rule)
+def rms_norm(xp, input, normalized_shape, weight=None, eps=None):
+    """Root-mean-square normalisation over the trailing ``normalized_shape`` dimensions:
+    ``input / sqrt(mean(input ** 2) + eps) * weight`` (Llama's RMSNorm).
+
+    ``eps=None`` is the machine epsilon of the input's dtype, as in PyTorch; half
+    precision is computed in float32 and rounded once.
+
+    Example:
+        >>> y = fxkit.ops.rms_norm(x, (4096,), weight)
+    """
+    norm = _check_rms_norm(input, normalized_shape, weight)
+    eps = rms_eps(eps, input.dtype)
+    size = math.prod(norm)
+    rows = input.reshape(-1, size)
+    if rows.dtype.itemsize < 4 or rows.dtype.kind == BFLOAT16_KIND:
+        rows = rows.astype(np.float32)
+    scale = xp.matmul(rows[:, None, :], rows[:, :, None]).reshape(rows.shape[0])
+    scale /= size
+    scale += eps
+    xp.sqrt(scale, out=scale)
+    xp.reciprocal(scale, out=scale)
+    out = rows * scale[:, None]
+    if weight is not None:
+        out *= weight.reshape(size).astype(out.dtype, copy=False)
+    return out.reshape(input.shape).astype(input.dtype, copy=False)

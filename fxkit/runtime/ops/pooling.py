@@ -1,4 +1,4 @@
-"""Pooling: max_pool2d, avg_pool2d and adaptive_avg_pool2d, as in PyTorch.
+"""Pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d and adaptive_max_pool2d, as in PyTorch.
 
 The window ops loop over the kernel's taps, not over the data: each tap is
 one strided slice of the (padded) input covering every output position, so a
@@ -217,8 +217,7 @@ def avg_pool2d(xp, input, kernel_size, stride=None, padding=0, ceil_mode=False, 
     return xp.trunc(acc / divisor).astype(input.dtype).reshape(out_shape)
 
 
-def _adaptive_geometry(x, output_size):
-    name = "adaptive_avg_pool2d"
+def _adaptive_geometry(x, output_size, name="adaptive_avg_pool2d"):
     check_rank(name, x.shape, 4)
     require_float(name, x)
     if any(isinstance(d, int) and d == 0 for d in x.shape[-3:]):
@@ -235,11 +234,10 @@ def _adaptive_avg_pool2d_rule(input, output_size):
     return TensorMeta(_adaptive_geometry(input, output_size), input.dtype, input.device)
 
 
-def _adaptive_matrix(size, out, dtype):
+def adaptive_matrix(size, out, dtype):
     """``(out, size)`` averaging matrix: row o averages PyTorch's window
     ``[floor(o * size / out), ceil((o + 1) * size / out))``."""
-    o = np.arange(out)
-    start, end = o * size // out, ((o + 1) * size + out - 1) // out
+    start, end = adaptive_bounds(size, out)
     pos = np.arange(size)
     inside = (pos >= start[:, None]) & (pos < end[:, None])
     return (inside / (end - start)[:, None]).astype(dtype)
@@ -279,6 +277,54 @@ def adaptive_avg_pool2d(xp, input, output_size):
     if oh and ow and h % oh == 0 and w % ow == 0:
         lead = input.shape[:-2]
         return input.reshape(*lead, oh, h // oh, ow, w // ow).mean(axis=(-3, -1))
-    rows = xp.asarray(_adaptive_matrix(h, oh, input.dtype))
-    cols = xp.asarray(_adaptive_matrix(w, ow, input.dtype).T)
+    rows = xp.asarray(adaptive_matrix(h, oh, input.dtype))
+    cols = xp.asarray(adaptive_matrix(w, ow, input.dtype).T)
     return xp.matmul(rows, xp.matmul(input, cols))
+
+
+def adaptive_bounds(size, out):
+    """PyTorch's adaptive windows along one axis: ``(start, end)`` arrays, window o being
+    ``[floor(o * size / out), ceil((o + 1) * size / out))``."""
+    o = np.arange(out)
+    return o * size // out, ((o + 1) * size + out - 1) // out
+
+
+def _adaptive_max_pool2d_rule(input, output_size, return_indices=False):
+    out_shape = _adaptive_geometry(input, output_size, "adaptive_max_pool2d")
+    values = TensorMeta(out_shape, input.dtype, input.device)
+    return (values, TensorMeta(out_shape, _dt.int64, input.device)) if return_indices else values
+
+
+@op("adaptive_max_pool2d", kind="conv", shape_rule=_adaptive_max_pool2d_rule, method=False)
+def adaptive_max_pool2d(xp, input, output_size, return_indices=False):
+    """2-D adaptive max pooling, as ``torch.nn.functional.adaptive_max_pool2d``.
+
+    Args:
+        input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``.
+        output_size: an int or a pair ``(OH, OW)``; a None entry keeps that input size.
+            Windows are adaptive_avg_pool2d's and may overlap when the sizes do not divide.
+        return_indices: also return, for each output, the flat index into ``H * W`` of
+            the input value it took (the first maximum in row-major window order).
+
+    Example:
+        >>> fxkit.adaptive_max_pool2d(fxkit.randn(2, 8, 7, 5), (3, 2)).shape
+        (2, 8, 3, 2)
+    """
+    out_shape = _adaptive_geometry(input, output_size, "adaptive_max_pool2d")
+    (h, w), (oh, ow) = input.shape[-2:], out_shape[-2:]
+    lead = input.shape[:-2]
+    if not return_indices:
+        # The maximum over a rectangle is the maximum over its rows' maxima: rows, then columns.
+        rows = [input[..., s:e, :].max(axis=-2) for s, e in zip(*adaptive_bounds(h, oh))]
+        rows = xp.stack(rows, axis=-2) if rows else xp.empty(lead + (0, w), input.dtype)
+        cols = [rows[..., s:e].max(axis=-1) for s, e in zip(*adaptive_bounds(w, ow))]
+        return xp.stack(cols, axis=-1) if cols else xp.empty(lead + (oh, 0), input.dtype)
+    values = xp.empty(out_shape, input.dtype)
+    indices = xp.empty(out_shape, np.int64)
+    for i, (rs, re) in enumerate(zip(*adaptive_bounds(h, oh))):
+        for j, (cs, ce) in enumerate(zip(*adaptive_bounds(w, ow))):
+            window = input[..., rs:re, cs:ce].reshape(lead + (-1,))
+            k = xp.argmax(window, axis=-1)
+            values[..., i, j] = xp.take_along_axis(window, k[..., None], axis=-1)[..., 0]
+            indices[..., i, j] = (rs + k // (ce - cs)) * w + cs + k % (ce - cs)
+    return values, indices
