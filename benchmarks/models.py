@@ -14,7 +14,9 @@ Routes:
 For each model and route: the max relative error of the import against PyTorch eager
 (max |fxkit - torch| / max |torch| over every output, float32) at batch 3 (exports and
 examples use batch 2), and the time of one forward of fxkit eager (the imported module),
-``fxkit.compile`` with the numpy and the numba backends, and onnxruntime (from_onnx rows), as
+``fxkit.compile`` with the numpy, the numba and the onnxruntime backends (``delegate``: the
+imported graph's supported partitions on onnxruntime sessions, the rest on numpy), and a bare
+onnxruntime session on the torch-exported file (``onnxruntime``, from_onnx rows), as
 ratios to PyTorch eager (its milliseconds in its own column). A route that fails on a model is
 a row with the first line of its error, never left out. Each contender keeps its best round
 (the least disturbed on a shared machine), and every side gets the same threads (``--threads``,
@@ -41,7 +43,9 @@ from tests.corpus.onnx_files import export_onnx  # noqa: E402
 
 BATCH = 3
 DOCS = os.path.join(ROOT, "docs", "models.md")
-TIMED = ("fxkit eager", "numpy", "numba", "onnxruntime")
+TIMED = ("fxkit eager", "numpy", "numba", "delegate", "onnxruntime")
+COMPILED = {"numpy": "numpy", "numba": "numba", "delegate": "onnxruntime"}
+"""Column -> ``fxkit.compile`` backend; the delegate's sessions get ``--threads`` threads."""
 THREADS = [1]
 
 
@@ -147,14 +151,15 @@ def run_route(entry, route, inputs, expected, torch_seconds, rounds):
     except Exception as error:  # noqa: BLE001
         row["error"] = f"runs: {first_line(error)}"
         return row
-    for backend in ("numpy", "numba"):
+    for column, backend in COMPILED.items():
+        options = {"threads": THREADS[0]} if backend == "onnxruntime" else {}
         try:
-            compiled = fxkit.compile(imported, backend=backend, example_inputs=list(ours))
+            compiled = fxkit.compile(imported, backend=backend, example_inputs=list(ours), **options)
             error = max_error(as_outputs(compiled(*ours)), expected)
             row["max rel err"] = max(row["max rel err"], error)
-            row[backend] = best(lambda: compiled(*ours), rounds) / torch_seconds
+            row[column] = best(lambda: compiled(*ours), rounds) / torch_seconds
         except Exception as error:  # noqa: BLE001
-            row[backend] = f"fails: {first_line(error)}"
+            row[column] = f"fails: {first_line(error)}"
     if route == "from_onnx":
         try:
             row["onnxruntime"] = best(onnxruntime_call(entry, ours), rounds) / torch_seconds
@@ -226,7 +231,8 @@ def write_docs(rows):
              "random, non-degenerate weights. `from_torch` is `fxkit.from_torch` on the torch model; `from_onnx`",
              "is `torch.onnx.export` (TorchScript route, opset 17, symbolic batch) then `fxkit.from_onnx`.",
              f"Max relative error is max |fxkit - torch| / max |torch| over all outputs at batch {BATCH}, across",
-             "fxkit eager and both compiled backends; times are one forward, as ratios to PyTorch eager",
+             "fxkit eager and the compiled backends (`delegate` is `fxkit.compile(..., backend=\"onnxruntime\")`,",
+             "`onnxruntime` a bare session on the exported file); times are one forward, as ratios to PyTorch eager",
              "(its milliseconds in the last column; best round, every contender on the same threads, on a",
              "shared 2-core machine: ratios are indicative only). A failing route",
              "shows the first line of its error.", "", "## Coverage", "",
