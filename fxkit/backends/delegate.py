@@ -10,8 +10,9 @@ sub-graph into a function over raw arrays (``build``). The backend
    delegate do not depend on the batch size: a delegate builds one runner per
    sub-graph and every batch size reuses it (runners are cached by the
    delegate's key of the sub-graph, per compiled module). A model whose code
-   needs the concrete batch size (``if x.shape[0] > 4``) is specialised on
-   concrete sizes instead;
+   needs the concrete batch size (``if x.shape[0] > 4``, an ``expand`` to a
+   size read from the input) is prepared on concrete sizes instead: one runner
+   per batch size;
 2. cuts the graph with `partition_by_support` into ``supported_<i>`` children
    (its last pass: ``compiled.graph`` shows the partitions);
 3. gives each child to the delegate, then lowers the parent (the unsupported
@@ -36,9 +37,8 @@ import numpy as np
 
 from fxkit.backends.backend import Backend, get_backend
 from fxkit.backends.numpy_backend import _check_devices, build_forward
-from fxkit.backends.specialize import Specialize
 from fxkit.errors import FxkitError, LoweringError
-from fxkit.graph import Node, map_aggregate
+from fxkit.graph import GraphModule, Node, map_aggregate
 from fxkit.runtime.meta import TensorMeta
 from fxkit.transforms import Pass, PassManager
 from fxkit.transforms.partition import partition_by_support
@@ -94,10 +94,7 @@ class DelegateBackend(Backend):
         return self._delegate
 
     def passes(self, gm, example_inputs):
-        batch_free = _batch_free(example_inputs)
-        prepare = [_SpecializeBatchFree(batch_free, example_inputs) if isinstance(p, Specialize) else p
-                   for p in super().passes(gm, example_inputs)]
-        return prepare + [_Partition(self)]
+        return [_PrepareBatchFree(super().passes, example_inputs), _Partition(self)]
 
     def lower(self, gm, specs):
         values = _batch_values(gm, specs)
@@ -140,22 +137,29 @@ class DelegateBackend(Backend):
         return f"<fxkit backend {self.name} (fallback {self.fallback})>"
 
 
-class _SpecializeBatchFree(Pass):
-    """`Specialize` with a symbolic batch dimension, or on concrete sizes where the model needs them."""
+class _PrepareBatchFree(Pass):
+    """The default pipeline with a symbolic batch, or on concrete sizes where the model needs them.
 
-    name = "specialize"
+    A model may compute with its batch size as a number (``if x.shape[0] > 4``, an
+    ``expand`` to a size read from the input): then some pass of the symbolic run fails,
+    and the pipeline runs again, from the same graph, on the concrete sizes.
+    """
 
-    def __init__(self, batch_free, concrete):
-        self.batch_free = batch_free
-        self.concrete = concrete
+    name = "prepare (symbolic batch)"
+
+    def __init__(self, pipeline, concrete):
+        self.pipeline = pipeline
+        self.concrete = tuple(concrete)
 
     def __call__(self, gm):
-        if self.batch_free is not None:
+        batch_free = _batch_free(self.concrete)
+        if batch_free is not None:
+            fresh = GraphModule(gm, gm.graph.copy(), class_name=type(gm).__name__)
             try:
-                return Specialize(self.batch_free)(gm)
+                return PassManager(self.pipeline(fresh, batch_free))(fresh)
             except FxkitError:
-                pass  # a shape test or size the model computes from the batch: specialise concretely
-        return Specialize(self.concrete)(gm)
+                pass  # the model needs its concrete batch size somewhere
+        return PassManager(self.pipeline(gm, self.concrete))(gm)
 
 
 class _Partition(Pass):

@@ -28,6 +28,7 @@ in ``meta["partition"]``, so ``print(parent)``, `fxkit.draw` (a cluster per
 partition) and ``fxkit summary`` show the partitions.
 """
 import copy
+import itertools
 
 from fxkit.graph import Graph, GraphModule, fetch_attr, map_arg
 from fxkit.runtime.registry import get_op
@@ -70,10 +71,11 @@ class _Groups:
         self.position = position
         self.part = {}
         self.members = {}
+        self.ids = itertools.count()
 
     def add(self, node):
         """Start a partition of ``node``, then merge it with each partition it reads from that allows it."""
-        pid = len(self.members)
+        pid = next(self.ids)  # NOTE: not len(members): merges remove partitions
         self.part[node] = pid
         self.members[pid] = [node]
         for used in node.all_input_nodes:

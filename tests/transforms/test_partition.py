@@ -113,3 +113,20 @@ def test_partitions_are_drawn_as_clusters_of_their_ops():
     assert 'label="self.supported_0 (partition)";' in text and 'label="self.supported_1 (partition)";' in text
     assert '"supported_0.relu" -> "python_step";' in text
     assert '"python_step" -> "supported_1.b";' in text
+
+
+def test_partitions_made_after_merges_get_fresh_names():
+    # a, b and c start three partitions; d merges a's and b's; e's partition must not reuse c's id.
+    def f(x):
+        a = x.relu()
+        b = python_step(x).tanh()
+        c = python_step(x * 3.0).neg()
+        d = a + b
+        e = python_step(d).exp()
+        return e, c
+
+    parent = partition_by_support(fxkit.symbolic_trace(f), lambda node: node.target is not python_step)
+    lint_all(parent)
+    x = fxkit.randn(6)
+    assert_same(parent(x), f(x))
+    assert children_of(parent) == ["supported_0", "supported_1", "supported_2", "supported_3"]
