@@ -114,6 +114,18 @@ class Backend(abc.ABC):
             EliminateDeadCode(),
         ]
 
+    def configure(self, **options):
+        """The backend to use for one compiled module given ``fxkit.compile``'s extra keyword ``options``.
+
+        Backends without options return themselves and refuse any; a backend
+        with options (the ``onnxruntime`` delegate: threads, providers, ...)
+        returns a configured copy.
+        """
+        if options:
+            raise LoweringError(f"fxkit.compile: the {self.name} backend takes no options, got "
+                                f"{', '.join(sorted(options))}; options are for backends like onnxruntime")
+        return self
+
     @abc.abstractmethod
     def lower(self, gm, specs):
         """Generate the code of the prepared ``gm`` for inputs ``specs``.

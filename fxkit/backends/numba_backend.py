@@ -62,6 +62,12 @@ class NumbaBackend(NumpyBackend):
                                                      EliminateDeadCode()]
 
     def lower(self, gm, specs):
+        nodes = list(gm.graph.nodes)
+        _check_devices(nodes, self.device_types, self.name)
+        calls, kernels = self.kernel_calls(nodes)
+        return build_forward(gm, nodes, np, self.name, calls, kernels)
+
+    def kernel_calls(self, nodes):
         # NOTE: numba's OpenMP threads spin after each parallel kernel by default, starving numpy's BLAS
         # threads between kernels (an eager LSTM cell ran 80x slower after one); they sleep instead
         # unless the user chose. A sleeping thread takes ~50 µs to wake here, as long as a kernel over
@@ -72,8 +78,6 @@ class NumbaBackend(NumpyBackend):
         # NOTE: numba takes ~0.5 s to import: only a numba compilation pays for it.
         from fxkit.backends.numba_cache import load_kernel_module
 
-        nodes = list(gm.graph.nodes)
-        _check_devices(nodes, self.device_types, self.name)
         calls, kernels = {}, {}
         for node in nodes:
             if node.op == "call" and isinstance(node.target, FusedOp):
@@ -83,8 +87,7 @@ class NumbaBackend(NumpyBackend):
                     precompile(call, source)
                     calls[node] = call
                     kernels[node.target.name] = source.text
-        return build_forward(gm, nodes, np, self.name, calls, kernels)
-
+        return calls, kernels
 
 def kernel_source(node):
     """The numba kernel of a fused call, or None when its group runs with numpy instead."""

@@ -41,6 +41,15 @@ class NumpyBackend(Backend):
         _check_devices(nodes, self.device_types, self.name)
         return build_forward(gm, nodes, np, self.name)
 
+    def kernel_calls(self, nodes):
+        """``({node: callable}, {kernel name: source})`` for nodes this backend runs as its own kernels.
+
+        The numpy backend has none; a backend generating kernels (numba) returns
+        them, so a backend lowering a graph around other runners (a delegate)
+        can add them to `build_forward`'s ``calls``.
+        """
+        return {}, {}
+
 
 def build_forward(gm, nodes, xp, backend, calls=None, kernels=None):
     """The straight-line forward over ``xp`` arrays that every array backend lowers to.

@@ -57,7 +57,8 @@ class Specialize(Pass):
         tensors = {k: v for k, v in bound.arguments.items() if has_tensor(v)}
         concrete = {k: v for k, v in bound.arguments.items() if k not in tensors}
         try:
-            graph = _FlatteningTracer(tensors, gm).trace(gm, concrete)
+            tracer = _FlatteningTracer(tensors, gm)
+            graph = tracer.trace(gm, concrete)
         except TraceError as exc:
             training = [name or type(gm).__name__ for name, m in gm.named_modules() if m.training]
             hint = (f"layers in training mode ({', '.join(training[:3])}{', ...' if len(training) > 3 else ''}) "
@@ -65,6 +66,11 @@ class Specialize(Pass):
                     "make the forward traceable (see the error above); fxkit.compile lowers registry ops")
             raise LoweringError(format_error(f"fxkit.compile: cannot trace {type(gm).__name__} through its "
                                              f"layers:\n{exc}", hint=hint)) from exc
+        for origin, node in tracer.last_made.items():
+            # NOTE: the quantization scales of a value of a quantized graph stay with the node
+            # now computing it (a delegate's QDQ export reads them).
+            if "qparams" in origin.meta:
+                node.meta["qparams"] = origin.meta["qparams"]
         return GraphModule(gm, graph, class_name=type(gm).__name__)
 
 
@@ -76,6 +82,7 @@ class _FlatteningTracer(_MetaTracer):
         self._forward = type(gm).forward.__code__
         code = gm.graph.python_code(root="self")
         self._origins = {}
+        self.last_made = {}  # gm node -> the last call node its statement made (its result)
         statements = ast.parse(code.src).body[0].body
         for statement, node in zip(statements, code.statement_nodes):
             if node is not None:
@@ -90,4 +97,6 @@ class _FlatteningTracer(_MetaTracer):
         origin = self._origins.get(frame.f_lineno) if frame is not None else None
         if origin is not None and origin.meta.get("stack") is not None:
             node.meta["stack"] = origin.meta["stack"]
+        if origin is not None and op == "call":
+            self.last_made[origin] = node
         return node

@@ -238,6 +238,11 @@ class _Emitter:
             func = self.load("getattr")
         else:
             func = self.global_name(target, getattr(target, "__name__", "fn"))
+        if type(func) is ast.Attribute and func.lineno != self.pos["lineno"]:
+            # NOTE: CPython reports a call of an attribute (``ops.relu(x)``, ``self.fc(x)``) at the
+            # attribute's line; a cached one made for an earlier statement would name that line, and
+            # errors and `Specialize` map lines back to nodes.
+            func = ast.Attribute(func.value, func.attr, _LOAD, **self.pos)
         expr = self.expr
         return ast.Call(func, [expr(a) for a in args], self.keywords(kwargs) if kwargs else [], **self.pos)
 

@@ -12,6 +12,8 @@
   `FusedOp`) drawn as a cluster of its body's ops, wired to the values the
   group reads and the nodes reading its results (the ``getitem`` nodes
   picking results of a multi-output group are drawn as the edges they are);
+* a partition of `partition_by_support` (a ``call`` of a child module with
+  ``meta["partition"]``) drawn the same way, as a cluster of the child's ops;
 * nodes carrying ``meta["stage"]`` (a pipeline stage number, which any pass
   may set) drawn inside one cluster per stage.
 
@@ -165,17 +167,24 @@ class _Drawing:
         self.picks = {}
         for node in self.nodes:
             if (node.is_op(_GETITEM) and len(node.args) == 2 and isinstance(node.args[0], Node)
-                    and called_graph(node.args[0]) is not None and type(node.args[1]) is int):
+                    and self._body(node.args[0]) is not None and type(node.args[1]) is int):
                 self.picks[node] = node.args[0], node.args[1]
+
+    def _body(self, node):
+        """The sub-graph drawn inside ``node``'s cluster: a fused group's body, or a partition's graph."""
+        body = called_graph(node)
+        if body is None and node.op == "call" and type(node.target) is str and "partition" in node.meta:
+            body = getattr(self._module(node.target), "graph", None)
+        return body
 
     # -- where a value is drawn ------------------------------------------------------------
     def source_of(self, value):
         """The DOT id of the box producing outer node ``value``."""
         if value in self.picks:
             fused, index = self.picks[value]
-            results = called_graph(fused).output_node().args[0]
+            results = self._body(fused).output_node().args[0]
             return self._body_source(fused, results[index] if isinstance(results, (tuple, list)) else results)
-        body = called_graph(value)
+        body = self._body(value)
         if body is not None:
             results = body.output_node().args[0]
             single = results[-1] if isinstance(results, (tuple, list)) else results
@@ -184,8 +193,10 @@ class _Drawing:
 
     def _body_source(self, fused, inner):
         """The DOT id of body node ``inner`` of fused call ``fused`` (inputs resolve to the outer values)."""
+        if inner.op == "get_attr":
+            return None  # a partition's parameters are drawn inside it, not as edges
         if inner.op == "placeholder":
-            inputs = [n for n in called_graph(fused).nodes if n.op == "placeholder"]
+            inputs = [n for n in self._body(fused).nodes if n.op == "placeholder"]
             outer = fused.args[inputs.index(inner)]
             return self.source_of(outer) if isinstance(outer, Node) else None
         return f"{fused.name}.{inner.name}"
@@ -213,19 +224,20 @@ class _Drawing:
 
     def _declare(self, dot, nodes):
         for node in nodes:
-            body = called_graph(node)
+            body = self._body(node)
             if body is None:
                 dot.node(node.name, label=_label(node.name, self._describe(node)), fillcolor=self._color(node),
                          tooltip=node.format_node() if node.op == "output" else format_operation(node))
                 continue
-            with dot.cluster(f"{format_target(node)} (fused)", tooltip=format_operation(node), **FUSED_CLUSTER):
+            kind = "partition" if "partition" in node.meta else "fused"
+            with dot.cluster(f"{format_target(node)} ({kind})", tooltip=format_operation(node), **FUSED_CLUSTER):
                 for inner in body.nodes:
                     if inner.op == "call":
                         dot.node(self._body_source(node, inner), label=_label(inner.name, format_target(inner)),
                                  fillcolor=COLORS["op"], tooltip=format_operation(inner))
 
     def _edges(self, dot, node):
-        body = called_graph(node)
+        body = self._body(node)
         if body is None:
             picked = node.is_op(_GETITEM) and type(node.args[1]) is int
             for value in node.all_input_nodes:

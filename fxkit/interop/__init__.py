@@ -9,5 +9,6 @@ each is imported inside the function that needs it.
 from fxkit.interop.onnx_import import from_onnx
 from fxkit.interop.torch_import import from_torch
 from fxkit.interop.torch_layers import load_torch_state_dict
+from fxkit.interop import onnxruntime_delegate  # noqa: F401,E402  (registers the "onnxruntime" backend)
 
 __all__ = ["from_onnx", "from_torch", "load_torch_state_dict"]

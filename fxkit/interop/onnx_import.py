@@ -57,11 +57,40 @@ class Const:
 
 
 class Dims(list):
-    """A shape value (items: ints, or nodes computing Python ints); ``scalar`` when 0-d."""
+    """A shape value: a 0-d (``scalar``) or 1-D integer or boolean tensor held item by item.
+
+    Items are Python ints/bools or graph nodes computing them; rules keep
+    shape arithmetic in this form (see `onnx_import_dims`) so that ``Reshape``
+    and ``Expand`` receive shapes, and the rank is exact (a ``Gather`` of one
+    dim is 0-d, its ``Unsqueeze`` 1-D).
+    """
 
     def __init__(self, items, scalar=False):
         super().__init__(items)
+        if scalar and len(self) != 1:
+            raise ValueError(f"a 0-d shape value holds one item, not {len(self)}")
         self.scalar = scalar
+
+    @property
+    def known(self):
+        """Every item is a Python int or bool (the value is a constant)."""
+        return all(type(d) in (int, bool) for d in self)
+
+    @property
+    def dtype(self):
+        return np.dtype(bool) if self and all(type(d) is bool or (isinstance(d, Node) and _is_bool_item(d))
+                                              for d in self) else np.dtype(np.int64)
+
+    def array(self):
+        """The value as a numpy array (it must be `known`)."""
+        return np.array(list(self), dtype=self.dtype).reshape(() if self.scalar else (len(self),))
+
+
+_BOOL_ITEM_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not"})
+
+
+def _is_bool_item(node):
+    return getattr(node.target, "name", None) in _BOOL_ITEM_OPS
 
 
 def from_onnx(source, *, max_bytes=None):
@@ -154,7 +183,7 @@ _KEPT = frozenset({"DequantizeLinear"})
 
 
 def _constant(value):
-    return isinstance(value, Const) or (isinstance(value, Dims) and all(type(d) is int for d in value))
+    return isinstance(value, Const) or (isinstance(value, Dims) and value.known)
 
 
 def _as_constants(results, proto):
@@ -181,6 +210,7 @@ class _Importer:
         self._paths = set()
         self.types = {}
         self.metas = {}  # node -> its meta by the registry's shape rules, where ONNX gives no shape
+        self.ranks = {}  # node -> its rank, where a rule knows it but neither ONNX nor the shape rules do
         g = typed.graph
         for info in list(g.input) + list(g.value_info) + list(g.output):
             self.types[info.name] = info.type.tensor_type
@@ -269,9 +299,24 @@ class _Importer:
                 self.metas[node] = meta_of(tensor)
             return node
         if isinstance(value, Dims):
-            raise GraphError("a shape computed with Shape/Gather/Concat is used as a data tensor, which fxkit "
-                             "does not import; only shape inputs (Reshape, Expand, ...) may read it")
+            return self._dims_tensor(value)
         raise GraphError(f"expected a tensor, got {value!r}")
+
+    def _dims_tensor(self, dims):
+        """A shape value used as data: a constant when known, else ``stack`` of 0-d ``full`` items."""
+        cached = self._attrs.get(("dims", id(dims)))
+        if cached is not None:
+            return cached[1]
+        if dims.known:
+            node = self.tensor(Const(dims.array(), "shape_value"))
+        else:
+            dtype = _dt.from_numpy(dims.dtype)
+            items = [self.record(self.graph.call(get_op("full"), ((), d), {"dtype": dtype}, name="shape_item"))
+                     for d in dims]
+            node = items[0] if dims.scalar else self.record(
+                self.graph.call(get_op("stack"), (items,), {}, name="shape_value"))
+        self._attrs[("dims", id(dims))] = (dims, node)  # NOTE: holds dims so its id is not reused
+        return node
 
     def _attr_path(self, name):
         """A module attribute path for an initializer: its dotted name when every part is
@@ -302,6 +347,8 @@ class _Importer:
         value = self.values.get(name)
         if isinstance(value, Const):
             return _dt.from_numpy(value.array.dtype)
+        if isinstance(value, Dims):
+            return _dt.from_numpy(value.dtype)
         info = self.types.get(name)
         if info is not None and info.elem_type:
             return _dt.from_numpy(self.onnx.helper.tensor_dtype_to_np_dtype(info.elem_type))
@@ -312,18 +359,40 @@ class _Importer:
         value = self.values.get(name)
         if isinstance(value, Const):
             return list(value.array.shape)
+        if isinstance(value, Dims):
+            return [] if value.scalar else [len(value)]
         info = self.types.get(name)
         dims = None
         if info is not None and info.HasField("shape"):
             dims = [d.dim_value if d.HasField("dim_value") else None for d in info.shape.dim]
         meta = self.metas.get(value) if isinstance(value, Node) else None
         if isinstance(meta, TensorMeta) and (dims is None or None in dims):
-            dims = [d if type(d) is int else None for d in meta.shape]
+            ruled = [d if type(d) is int else None for d in meta.shape]
+            dims = ruled if dims is None or len(dims) != len(ruled) else [
+                d if d is not None else r for d, r in zip(dims, ruled)]
+        if dims is None and value in self.ranks:
+            dims = [None] * self.ranks[value]
         return dims
 
     def record(self, node):
         """Compute ``node``'s meta from its inputs' (the registry's shape rules), when it can be."""
         metas = self.metas
+        # NOTE: an input of unknown meta makes this one unknown (rules would read None as a Python
+        # number); where the unknown inputs' ranks are known, the rule still gives this node's rank.
+        unknown = [n for n in node.all_input_nodes if metas.get(n) is None]
+        if unknown:
+            metas[node] = None
+            if all(n in self.ranks for n in unknown):
+                stand_in = {n: TensorMeta(tuple(Sym.symbol(f"{n.name}_{i}") for i in range(self.ranks[n])),
+                                          _dt.float32) for n in unknown}
+                try:
+                    ranked = apply_rule(node.target, map_arg(node.args, lambda n: stand_in.get(n) or metas[n]),
+                                        map_arg(node.kwargs, lambda n: stand_in.get(n) or metas[n]))
+                except (FxkitError, KeyError, TypeError, ValueError, IndexError, AttributeError):
+                    ranked = None
+                if isinstance(ranked, TensorMeta):
+                    self.ranks[node] = len(ranked.shape)
+            return node
         try:
             metas[node] = apply_rule(node.target, map_arg(node.args, metas.__getitem__),
                                      map_arg(node.kwargs, metas.__getitem__))
@@ -371,7 +440,7 @@ class NodeCall:
         if value is None:
             return None
         if self.eager:
-            return Tensor(np.asarray(value.array if isinstance(value, Const) else value))
+            return Tensor(np.asarray(value.array if isinstance(value, Const) else value.array()))
         return self.importer.tensor(value)
 
     def const(self, i):
@@ -379,8 +448,8 @@ class NodeCall:
         value = self.value(i)
         if isinstance(value, Const):
             return value.array
-        if isinstance(value, Dims) and all(type(d) is int for d in value):
-            return np.array(value, dtype=np.int64)
+        if isinstance(value, Dims) and value.known:
+            return value.array()
         raise GraphError(f"input {i} ({self.proto.input[i]!r}) must be a constant (an initializer or a "
                          f"Constant node) for fxkit to import this node")
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from fxkit.errors import GraphError
 from fxkit.interop.onnx_import import Const, Dims
+from fxkit.interop.onnx_import_dims import REDUCIBLE, itemwise, reduce_items, wants_itemwise
 from fxkit.runtime import dtypes as _dt
-from fxkit.runtime.registry import get_op
 
 IMPORT_RULES = {}
 
@@ -45,25 +45,10 @@ _UNARY = {"Neg": "neg", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt"
           "Tanh": "tanh", "Erf": "erf", "Reciprocal": "reciprocal", "Sigmoid": "sigmoid", "Relu": "relu",
           "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign", "Not": "logical_not", "IsNaN": "isnan",
           "BitwiseNot": "bitwise_not"}
-_DIMS_ARITHMETIC = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "floor_divide"}
-
-
-def _dims_arithmetic(c, op_name):
-    """Shape arithmetic: elementwise on `Dims` (one-element sides broadcast)."""
-    left, right = (c.value(i) if isinstance(c.value(i), Dims) else Dims(c.ints(i)) for i in (0, 1))
-    n = max(len(left), len(right))
-    left, right = (side * n if len(side) == 1 else side for side in (left, right))
-    op = get_op(op_name)
-    items = [op.impl(np, x, y) if type(x) is int and type(y) is int else c.call(op_name, x, y)
-             for x, y in zip(left, right)]
-    return Dims([int(v) if isinstance(v, np.integer) else v for v in items],
-               scalar=getattr(c.value(0), "scalar", False))
-
-
 @import_rule(*_BINARY, "Div")
 def _binary(c):
-    if c.op_type in _DIMS_ARITHMETIC and (isinstance(c.value(0), Dims) or isinstance(c.value(1), Dims)):
-        return _dims_arithmetic(c, _DIMS_ARITHMETIC[c.op_type])
+    if wants_itemwise(c, c.op_type):
+        return itemwise(c, c.op_type, [c.value(0), c.value(1)])
     x, y = c.tensor(0), c.tensor(1)
     if c.op_type == "Div":
         dtype = c.dtype(0)
@@ -75,11 +60,18 @@ def _binary(c):
 
 @import_rule(*_UNARY)
 def _unary(c):
+    if wants_itemwise(c, c.op_type):
+        return itemwise(c, c.op_type, [c.value(0)])
     return c.call(_UNARY[c.op_type], c.tensor(0))
 
 
 @import_rule("Max", "Min")
 def _max_min(c):
+    if wants_itemwise(c, c.op_type):
+        result = c.value(0)
+        for i in range(1, c.n_inputs):
+            result = itemwise(c, c.op_type, [result, c.value(i)])
+        return result
     result = c.tensor(0)
     for i in range(1, c.n_inputs):
         result = c.call("maximum" if c.op_type == "Max" else "minimum", result, c.tensor(i))
@@ -90,11 +82,15 @@ def _max_min(c):
 def _mod(c):
     if c.attr("fmod", 0):
         raise refuse(c, "Mod with fmod=1 (C's remainder sign)")
+    if wants_itemwise(c, c.op_type):
+        return itemwise(c, c.op_type, [c.value(0), c.value(1)])
     return c.call("remainder", c.tensor(0), c.tensor(1))
 
 
 @import_rule("Where")
 def _where(c):
+    if wants_itemwise(c, c.op_type):
+        return itemwise(c, c.op_type, [c.value(0), c.value(1), c.value(2)])
     return c.call("where", c.tensor(0), c.tensor(1), c.tensor(2))
 
 
@@ -135,8 +131,10 @@ def _identity(c):
 def _cast(c):
     dtype = fxkit_dtype(c.attr("to"))
     value = c.value(0)
-    if isinstance(value, Dims):
-        return value
+    if isinstance(value, Dims) and dtype.np.kind in "iu" and all(type(d) is not bool for d in value):
+        return value  # shape values are int64 whichever integer type they are cast to
+    if isinstance(value, Dims) and value.known:
+        return c.const_value(value.array().astype(dtype.np))
     if isinstance(value, Const):
         return c.const_value(value.array.astype(dtype.np))
     return c.call("to", c.tensor(0), dtype=dtype)
@@ -281,6 +279,10 @@ def _reduce(c):
             return c.value(0)
         axes = list(range(c.rank(0)))
     keep = bool(c.attr("keepdims", 1))
+    value = c.value(0)
+    if (isinstance(value, Dims) and not value.scalar and value and c.op_type in REDUCIBLE
+            and [a % 1 for a in axes] == [0]):
+        return reduce_items(c, c.op_type, value, keep)
     op_name, x = _REDUCE[c.op_type], c.tensor(0)
     if op_name == "norm":
         return c.call("norm", x, 1 if c.op_type == "ReduceL1" else 2, tuple(axes), keep)

@@ -8,6 +8,7 @@ import numpy as np
 
 from fxkit.errors import GraphError
 from fxkit.interop.onnx_import import Const, Dims
+from fxkit.interop.onnx_import_dims import as_dims, dims_like
 from fxkit.interop.onnx_import_rules import import_rule, refuse
 from fxkit.runtime import dtypes as _dt
 
@@ -55,7 +56,7 @@ def _constant_of_shape(c):
 def _shape(c):
     value = c.value(0)
     if isinstance(value, Dims):
-        return Dims([1 if value.scalar else len(value)])
+        return Dims([] if value.scalar else [len(value)])
     shape = c.shape(0)
     if shape is None:
         raise GraphError("the rank of its input is unknown; add shape information to the model")
@@ -70,15 +71,21 @@ def _shape(c):
 def _reshape(c):
     dims = c.ints(1)
     value = c.value(0)
-    if isinstance(value, Dims):
-        return Dims(value)
+    if isinstance(value, Dims) and all(type(d) is int for d in dims):
+        if dims == [] and len(value) == 1:
+            return Dims(value, scalar=True)
+        if len(dims) == 1 and dims[0] in (-1, len(value)):
+            return Dims(value)
     if 0 in dims and not c.attr("allowzero", 0):  # 0 copies the input's dim
         shape = c.shape(0) or []
         dims = [(shape[i] if i < len(shape) and shape[i] is not None else c.call("size", c.tensor(0), i))
                 if d == 0 else d for i, d in enumerate(dims)]
     if isinstance(value, Const) and all(type(d) is int for d in dims):
         return c.const_value(value.array.reshape(dims))
-    return c.call("reshape", c.tensor(0), *dims)
+    result = c.call("reshape", c.tensor(0), *dims)
+    if not c.eager:
+        c.importer.ranks[result] = len(dims)  # known even where the sizes are not
+    return result
 
 
 @import_rule("Flatten")
@@ -87,8 +94,11 @@ def _flatten(c):
     x = c.tensor(0)
     if axis == 0:
         return c.call("reshape", x, 1, -1)
+    rank = c.rank(0)
     if axis < 0:
-        axis += c.rank(0)
+        axis += rank
+    if axis == rank:  # valid ONNX: every dim goes to the rows, the columns are 1
+        return c.call("reshape", x, -1, 1)
     flat = c.call("flatten", x, axis)
     return flat if axis == 1 else c.call("flatten", flat, 0, axis - 1)
 
@@ -108,8 +118,10 @@ def _transpose(c):
 def _squeeze(c):
     axes = _axes(c, 1)
     value = c.value(0)
-    if isinstance(value, Dims):
+    if isinstance(value, Dims) and len(value) == 1 and not value.scalar and axes in (None, [0], [-1]):
         return Dims(value, scalar=True)
+    if isinstance(value, Dims) and value.scalar and not axes:
+        return value
     if axes is None:
         return c.call("squeeze", c.tensor(0))
     rank = c.rank(0)
@@ -123,8 +135,8 @@ def _squeeze(c):
 def _unsqueeze(c):
     axes = _axes(c, 1)
     value = c.value(0)
-    if isinstance(value, Dims):
-        return Dims(value)
+    if isinstance(value, Dims) and value.scalar and axes in ([0], [-1]):
+        return Dims(value)  # a 0-d dim made 1-D; a further Unsqueeze leaves the shape values
     if isinstance(value, Const):
         return c.const_value(np.expand_dims(value.array, tuple(axes)))
     rank = c.rank(0) + len(axes)
@@ -137,8 +149,9 @@ def _unsqueeze(c):
 @import_rule("Concat")
 def _concat(c):
     values = [c.value(i) for i in range(c.n_inputs)]
-    if any(isinstance(v, Dims) for v in values):
-        return Dims([d for i in range(c.n_inputs) for d in c.ints(i)])
+    if any(isinstance(v, Dims) for v in values) and all(
+            dims_like(v) and not getattr(as_dims(v), "scalar", False) for v in values):
+        return Dims([d for v in values for d in as_dims(v)])
     if all(isinstance(v, Const) for v in values):
         return c.const_value(np.concatenate([v.array for v in values], axis=c.attr("axis")))
     return c.call("cat", [c.tensor(i) for i in range(c.n_inputs)], c.attr("axis"))
@@ -200,8 +213,8 @@ def _slice(c):
 def _gather(c):
     axis = c.attr("axis", 0)
     value, indices = c.value(0), c.value(1)
-    if isinstance(value, Dims):
-        picked = np.asarray(c.const(1))
+    if isinstance(value, Dims) and not value.scalar and isinstance(indices, Const) and indices.array.ndim <= 1:
+        picked = indices.array
         items = [value[int(i)] for i in picked.reshape(-1)]
         return Dims(items, scalar=picked.ndim == 0)
     if isinstance(value, Const) and isinstance(indices, Const):

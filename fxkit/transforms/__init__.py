@@ -21,6 +21,7 @@ from fxkit.transforms.replace_pattern import replace_pattern, replace_pattern_wi
 from fxkit.transforms.subgraph_matcher import Match, SubgraphMatcher
 from fxkit.transforms.split_module import split_module
 from fxkit.transforms.split_by_tags import split_by_tags
+from fxkit.transforms.partition import partition_by_support
 from fxkit.transforms.split_pipeline import StageStats, split_pipeline
 from fxkit.transforms.stage_chain import StageChain
 from fxkit.transforms.grad import grad
@@ -31,5 +32,6 @@ __all__ = ["Pass", "PassManager", "PassRecord", "pass_name", "this_before_that_p
            "EliminateCommonSubexpressions", "EliminateDeadCode", "FoldConstants", "FoldConvBN", "FuseElementwise",
            "FusedOp", "Match",
            "RemoveDropout", "SubgraphMatcher", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern", "replace_pattern_with_filters",
-           "StageChain", "StageStats", "split_by_tags", "split_module", "split_pipeline", "grad"]
+           "fold_constants", "fold_conv_bn", "fuse_elementwise", "remove_dropout", "replace_pattern",
+           "replace_pattern_with_filters", "StageChain", "StageStats", "partition_by_support", "split_by_tags",
+           "split_module", "split_pipeline", "grad"]

@@ -37,3 +37,12 @@ def test_numba_backend(tmp_path):
 def test_unknown_backend(tmp_path):
     result = fxkit("compile", "mlp", "--backend", "tpu", cwd=tmp_path)
     assert_error_panel(result, "LoweringError", "no backend named 'tpu'", "numpy")
+
+
+def test_onnxruntime_backend(tmp_path):
+    pytest.importorskip("onnxruntime")
+    result = fxkit("compile", "lenet", "--backend", "onnxruntime", "--threads", "1", "--bench", "--repeat", "2",
+                   cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "with the onnxruntime backend" in result.stdout and "compiled outputs match eager" in result.stdout
+    assert "│ compiled (onnxruntime)" in result.stdout

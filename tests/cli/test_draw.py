@@ -66,3 +66,12 @@ def test_without_graphviz_writes_dot_names_the_package_and_succeeds(tmp_path):
 def test_output_without_suffix(tmp_path):
     result = fxkit("draw", "mlp", "-o", "picture", cwd=tmp_path)
     assert_error_panel(result, "GraphError", "has no suffix", ".svg")
+
+
+def test_partitions_of_a_delegate_are_clusters(tmp_path):
+    pytest.importorskip("onnxruntime")
+    result = fxkit("draw", "mlp", "--partition", "onnxruntime", "-o", "mlp.dot", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "mlp.dot").read_text()
+    assert 'label="self.supported_0 (partition)";' in text
+    assert '"supported_0.linear" [label="linear"' in text

@@ -38,3 +38,11 @@ def test_input_dtype_that_does_not_fit(tmp_path):
     result = fxkit("summary", "mlp", "--input", "4,784:float64", cwd=tmp_path)
     assert_error_panel(result, "DTypeError", "linear: expected all inputs to have the same dtype",
                        "node: %layers_0 = call[self.layers.0](%flatten)")
+
+
+def test_partitions_of_a_delegate_are_rows(tmp_path):
+    pytest.importorskip("onnxruntime")
+    result = fxkit("summary", "mlp", "--partition", "onnxruntime", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    row = next(r for r in result.stdout.splitlines() if r.startswith("│ supported_0"))
+    assert "self.supported_0" in row and "f32[64, 10]" in row and "235.15 K" in row

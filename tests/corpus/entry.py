@@ -72,6 +72,9 @@ class KeywordCall(torch.nn.Module):
         super().__init__()
         self.model = model
         self.names = tuple(names)
+        # NOTE: a new Module starts in training mode, and exporters restore the wrapper's mode on the
+        # whole tree afterwards: it must start in the model's mode or the corpus model ends up training.
+        self.train(model.training)
 
     def forward(self, *inputs):
         return tuple(_tensors(self.model(**dict(zip(self.names, inputs)))))

@@ -3,9 +3,8 @@
 torch 2.13's default exporter (``dynamo=True``) needs onnxscript, which is
 not installed (and not on the package index used here), so the corpus uses
 the TorchScript exporter (``dynamo=False``), the one most ONNX files in the
-wild come from. Exports are cached per process and on disk under
-``$FXKIT_ONNX_CACHE`` when it is set (the benchmark sets it to skip
-re-exporting).
+wild come from. Exports are cached per process, and on disk under ``$FXKIT_ONNX_CACHE`` when
+it is set (to skip re-exporting across runs of the tests or the benchmark).
 """
 import functools
 import io

@@ -14,7 +14,8 @@ EXAMPLES = """\
 examples:
   fxkit compile mlp
   fxkit compile lstm_cell --backend numba --bench
-  fxkit compile resnet18 --backend numpy --bench --repeat 20 --input 1,3,224,224"""
+  fxkit compile resnet18 --backend numpy --bench --repeat 20 --input 1,3,224,224
+  fxkit compile resnet18 --backend onnxruntime --threads 2 --bench"""
 
 TOLERANCES = {"float16": 1e-2, "bfloat16": 3e-2, "float32": 1e-4, "float64": 1e-10}
 """Largest allowed ``max|compiled - eager| / max|eager|`` per output dtype (others: exact)."""
@@ -26,7 +27,9 @@ def configure(parser):
     from fxkit.cli.parser import non_negative_float, positive_int
 
     parser.add_argument("--backend", default="numpy", metavar="NAME",
-                        help="the backend: numpy, numba, cupy where installed (default: numpy)")
+                        help="the backend: numpy, numba, cupy, onnxruntime where installed (default: numpy)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="threads of each onnxruntime session (--backend onnxruntime; default: one per core)")
     parser.add_argument("--bench", action="store_true", help="time eager and compiled calls and compare")
     parser.add_argument("--repeat", type=positive_int, metavar="N", help="timed calls per side (default: about 2 s worth)")
     parser.add_argument("--tolerance", type=non_negative_float, metavar="TOL",
@@ -43,7 +46,8 @@ def run(args, out, err):
     specs = concrete(require_inputs(loaded, input_specs(loaded, args.input, args.dtype), NAME), NAME)
     inputs = example_tensors(specs)
     with err.status(f"compiling {loaded.name} with the {args.backend} backend"):
-        compiled = fxkit.compile(loaded.model, backend=args.backend, example_inputs=inputs)
+        options = {"threads": args.threads} if args.threads is not None else {}
+        compiled = fxkit.compile(loaded.model, backend=args.backend, example_inputs=inputs, **options)
     with err.status("running eager and compiled"):
         expected = loaded.model(*inputs)
         actual = compiled(*inputs)

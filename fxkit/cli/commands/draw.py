@@ -5,7 +5,9 @@ DESCRIPTION = """\
 Trace MODEL and draw its graph: nodes coloured by opcode (inputs green,
 attributes yellow, op calls blue, module calls purple, output red), shapes on
 the edges when input shapes are known, fused groups (--fuse) and pipeline
-stages (--stages) as boxes around their nodes. The suffix of -o picks the
+stages (--stages) as boxes around their nodes; --partition BACKEND draws
+the graph a delegate backend (onnxruntime) lowers, each partition it runs
+as a box. The suffix of -o picks the
 format: .dot is written directly; .svg, .png and .pdf are rendered by the
 Graphviz `dot` program (Debian/Ubuntu: apt-get install graphviz; no pip
 package provides it); without it the .dot file is written instead, with a
@@ -15,7 +17,8 @@ examples:
   fxkit draw lenet -o lenet.svg
   fxkit draw lstm_cell --fuse -o lstm.png
   fxkit draw resnet18 --stages 2 -o resnet18.pdf
-  fxkit draw mlp -o mlp.dot"""
+  fxkit draw mlp -o mlp.dot
+  fxkit draw transformer_block --partition onnxruntime -o block.dot"""
 
 
 def configure(parser):
@@ -26,6 +29,8 @@ def configure(parser):
     parser.add_argument("--fuse", action="store_true", help="fuse elementwise ops first; groups are drawn as boxes")
     parser.add_argument("--stages", type=positive_int, metavar="K",
                         help="split into K balanced pipeline stages and draw each as a box")
+    parser.add_argument("--partition", metavar="BACKEND",
+                        help="compile with this delegate backend (onnxruntime) and draw its partitions as boxes")
     parser.add_argument("--balance", choices=("flops", "params", "time"), default="flops",
                         help="what --stages balances (default: flops)")
 
@@ -40,9 +45,11 @@ def run(args, out, err):
     with err.status(f"building {args.model}"):
         loaded = load_model(args.model, args.dtype)
     specs = input_specs(loaded, args.input, args.dtype)
-    if args.stages is not None:
+    if args.stages is not None or args.partition is not None:
         specs = concrete(require_inputs(loaded, specs, NAME), NAME)
     gm = trace(loaded, specs, err)
+    if args.partition is not None:
+        gm = partitioned(loaded, specs, args.partition, err)
     if args.stages is not None:
         from fxkit.transforms.split_pipeline import split_pipeline
 
@@ -62,6 +69,14 @@ def run(args, out, err):
         err.print(f"[yellow]note:[/] {exc}", markup=True, highlight=False)
     out.print(f"wrote {path} ({len(gm.graph.nodes)} nodes)", markup=False)
     return 0
+
+
+def partitioned(loaded, specs, backend, err):
+    """The graph module ``backend`` lowers for ``specs``: a delegate's partitions are its children."""
+    import fxkit
+
+    with err.status(f"compiling {loaded.name} with the {backend} backend"):
+        return fxkit.compile(loaded.model, backend=backend, example_inputs=specs).graph_module
 
 
 def mark_stages(gm, parent):
