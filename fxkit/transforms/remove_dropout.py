@@ -1,5 +1,6 @@
 """`remove_dropout`: drop dropout calls that do nothing (eval mode), or all of them for export."""
 from fxkit.runtime import nn
+from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.effects import bound_arguments
 from fxkit.transforms.pass_base import Pass
@@ -16,8 +17,9 @@ class RemoveDropout(Pass):
     argument is ``False`` (or ``p`` is 0); a layer call when the layer is in
     eval mode (or its ``p`` is 0). Training-mode dropout stays, unless
     ``force=True``: then every dropout goes, which is what an inference export
-    wants whatever mode the model was traced in. Users of a removed call read
-    its input instead; layers no longer called are deleted.
+    wants whatever mode the model was traced in, and ops that drop internally
+    (``scaled_dot_product_attention``'s ``dropout_p``) get ``dropout_p=0.0``.
+    Users of a removed call read its input instead; layers no longer called are deleted.
 
     Example::
 
@@ -40,6 +42,8 @@ class RemoveDropout(Pass):
         graph = gm.graph
         removed = False
         for node in list(graph.nodes):
+            if self.force:
+                _stop_internal_dropout(node)
             source = self._identity_input(gm, node)
             if source is None:
                 continue
@@ -65,6 +69,20 @@ class RemoveDropout(Pass):
             module = gm.get_submodule(node.target)
             return node.args[0] if self.force or not module.training or module.p == 0 else None
         return None
+
+
+def _stop_internal_dropout(node):
+    """Set ``dropout_p=0.0`` on a call of an op that drops internally (attention's weights)."""
+    if node.op != "call" or not isinstance(node.target, Op) or "dropout_p" not in node.target.signature.parameters:
+        return
+    arguments = bound_arguments(node.target, node.args, node.kwargs)
+    if arguments is None or arguments["dropout_p"] == 0:
+        return
+    position = list(node.target.signature.parameters).index("dropout_p")
+    if len(node.args) > position:
+        node.update_arg(position, 0.0)
+    else:
+        node.update_kwarg("dropout_p", 0.0)
 
 
 def remove_dropout(gm, force=False):

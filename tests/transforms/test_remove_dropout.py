@@ -52,6 +52,22 @@ def test_forced_removal_gives_the_eval_model_for_export(rng):
     assert_same(gm(x), lenet(training=False)(x))
 
 
+def test_forced_removal_stops_attention_dropout(rng):
+    def f(q, k, v):
+        sdpa = F.scaled_dot_product_attention
+        return sdpa(q, k, v, dropout_p=0.3) + sdpa(q, k, v, None, 0.5, True)
+
+    gm = fxkit.symbolic_trace(f)
+    q, k, v = randn(rng, 2, 5, 4), randn(rng, 2, 5, 4), randn(rng, 2, 5, 4)
+    assert remove_dropout(gm).graph.find_nodes(op="call", target=ops.scaled_dot_product_attention)[0].kwargs[
+        "dropout_p"] == 0.3  # not forced: the training-mode dropout stays
+    gm = remove_dropout(gm, force=True)
+    calls = gm.graph.find_nodes(op="call", target=ops.scaled_dot_product_attention)
+    assert [c.kwargs.get("dropout_p", c.args[4] if len(c.args) > 4 else None) for c in calls] == [0.0, 0.0]
+    expected = ops.scaled_dot_product_attention(q, k, v) + ops.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert_same(gm(q, k, v), expected)
+
+
 def test_the_training_flag_is_read_wherever_it_is_written(rng):
     def f(x):
         a = F.dropout(x, 0.5, False)                 # positional

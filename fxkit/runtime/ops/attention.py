@@ -3,13 +3,14 @@
 The signature is ``torch.nn.functional.scaled_dot_product_attention``'s, and so
 are the semantics: a bool ``attn_mask`` keeps the positions that are True, a
 float one is added to the scores; ``is_causal`` keeps key ``j <= i`` for query
-``i`` (aligned top-left when ``L != S``; not together with ``attn_mask``, as in PyTorch); a row with every key masked gives
-zeros (PyTorch's safe softmax), not NaN; ``dropout_p`` drops attention weights
-whenever it is above 0 (callers pass ``dropout_p=p if training else 0.0``, as
-PyTorch's layers do); ``enable_gqa`` lets ``Hq`` query heads share ``Hkv``
-key/value heads (``Hq % Hkv == 0``), as if ``repeat_interleave`` had copied
-them. One op, not its decomposition, so a graph keeps attention as one node
-(the cost model counts its two matmuls; ONNX export writes the composite).
+``i`` (aligned top-left when ``L != S``; not together with ``attn_mask``, as
+in PyTorch); a row with every key masked gives zeros (PyTorch's safe softmax),
+not NaN; ``dropout_p`` drops attention weights whenever it is above 0 (callers
+pass ``dropout_p=p if training else 0.0``, as PyTorch's layers do);
+``enable_gqa`` lets ``Hq`` query heads share ``Hkv`` key/value heads
+(``Hq % Hkv == 0``), as if ``repeat_interleave`` had copied them. One op, not
+its decomposition, so a graph keeps attention as one node (the cost model
+counts its two matmuls; ONNX export writes the composite).
 """
 import math
 

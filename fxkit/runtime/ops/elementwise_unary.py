@@ -9,6 +9,7 @@ once, like a fused kernel would. bfloat16 counts as floating point (numpy's
 kind for it is ``'V'``) and runs those steps in float32, as half precision does.
 """
 import functools
+import inspect
 import math
 
 import numpy as np
@@ -37,8 +38,14 @@ def _in_place_steps(impl):
     computes it (and so ``exp`` of a float16 cannot overflow halfway).
     """
 
+    first = list(inspect.signature(impl).parameters)[1]  # the input's name (``a``, ``input``)
+
     @functools.wraps(impl)
-    def run(xp, a, *args, **kwargs):
+    def run(xp, *args, **kwargs):
+        if args:
+            a, args = args[0], args[1:]
+        else:  # the input passed by name: ``F.hardswish(input=x)``
+            a = kwargs.pop(first)
         try:
             direct = a.ndim and a.itemsize >= 4
         except AttributeError:

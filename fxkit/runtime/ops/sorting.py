@@ -19,12 +19,15 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.dims import int_arg, single_dim
+from fxkit.runtime.ops.low_precision import BFLOAT16_KIND
 
 # ``torch.return_types.sort`` / ``topk``: ``values, indices = x.sort()``.
 SortResult = namedtuple("sort", ("values", "indices"))
 TopkResult = namedtuple("topk", ("values", "indices"))
 # NOTE: the ops ``sort``/``topk`` own those module-level names; pickle finds the classes by these.
 SortResult.__qualname__, TopkResult.__qualname__ = "SortResult", "TopkResult"
+# topk sorts only its k picks (after a partition) when k is at most this fraction of the dim.
+_PARTIAL = 4
 
 
 def _check_flag(name, what, value):
@@ -34,6 +37,8 @@ def _check_flag(name, what, value):
 
 def _order(xp, a, axis, descending):
     """The int64 indices that sort ``a`` along ``axis`` stably (ascending, or descending)."""
+    if a.dtype.kind == BFLOAT16_KIND:  # ml_dtypes' bfloat16 sorts NaN anywhere: order the exact float32 copy
+        a = a.astype(np.float32)
     if not descending:
         return xp.argsort(a, axis=axis, kind="stable").astype(np.int64, copy=False)
     n = a.shape[axis]
@@ -116,6 +121,38 @@ def topk(xp, input, k, dim=-1, largest=True, sorted=True):  # noqa: A002
         raise DTypeError("topk: bool inputs are not supported (as in PyTorch); cast with .int() first")
     if input.ndim == 0:
         return TopkResult(input.copy(), xp.zeros((), np.int64))
-    indices = _order(xp, input, axis, largest)
-    indices = indices[(slice(None),) * axis + (slice(0, k),)]
+    n = input.shape[axis]
+    if 0 < k and k * _PARTIAL <= n:
+        indices = _top_indices(xp, input, k, axis, largest)
+    else:
+        indices = _order(xp, input, axis, largest)
+        indices = indices[(slice(None),) * axis + (slice(0, k),)]
     return TopkResult(xp.take_along_axis(input, indices, axis), indices)
+
+
+def _top_indices(xp, a, k, axis, largest):
+    """`topk`'s indices without sorting everything: a partition finds the k-th value, the
+    elements beyond it and the first of the ties at it (lowest index first) are picked,
+    and only those k are sorted. The same indices as the stable full sort."""
+    key = a.astype(np.float32) if a.dtype.kind == BFLOAT16_KIND else a
+    key = xp.moveaxis(key, axis, -1)
+    n = key.shape[-1]
+    # the k-th value in the result's order; partitions place NaN last, as the largest value
+    threshold = xp.partition(key, n - k if largest else k - 1, axis=-1)[..., n - k if largest else k - 1:][..., :1]
+    floating = key.dtype.kind == "f"
+    if floating:
+        nan, nan_threshold = xp.isnan(key), xp.isnan(threshold)
+        if largest:
+            beyond = (key > threshold) | (nan & ~nan_threshold)
+        else:
+            beyond = (key < threshold) | (~nan & nan_threshold)
+        tied = (key == threshold) | (nan & nan_threshold)
+    else:
+        beyond = key > threshold if largest else key < threshold
+        tied = key == threshold
+    wanted = k - beyond.sum(axis=-1, keepdims=True)
+    picked = beyond | (tied & (xp.cumsum(tied, axis=-1) <= wanted))
+    positions = xp.nonzero(picked.reshape(-1, n))[1].reshape(key.shape[:-1] + (k,))
+    values = xp.take_along_axis(key, positions, -1)
+    order = xp.take_along_axis(positions, _order(xp, values, -1, largest), -1)
+    return xp.moveaxis(order, -1, axis).astype(np.int64, copy=False)

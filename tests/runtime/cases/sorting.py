@@ -88,6 +88,15 @@ case("topk", lambda r: ((randf(r, 4, 7), 0), {}), _topk, id="k0")
 case("topk", lambda r: ((_with_nan(r, 3, 10), 3), {}), _topk, id="nan-largest")
 case("topk", lambda r: ((randi(r, 3, 8), 3, -1, True, False), {}), _topk, id="int64-unsorted-flag")
 case("topk", lambda r: ((np.array(r.random(), np.float32), 1), {}), _topk, id="0d")
+# k small against the dim: the partition path, ties at the k-th value picked lowest index first
+case("topk", lambda r: ((_ties(r, 4, 40), 6, 1), {}), _topk, id="partial-ties")
+case("topk", lambda r: ((_ties(r, 30, 3), 5, 0), {"largest": False}), _topk, id="partial-ties-smallest-dim0")
+case("topk", lambda r: ((_with_nan(r, 3, 40), 9), {}), _topk, id="partial-nan-largest")
+case("topk", lambda r: ((_with_nan(r, 3, 40), 9), {"largest": False}), _topk, id="partial-nan-smallest")
+case("topk", lambda r: ((np.full((2, 20), np.nan, np.float32), 3), {}), _topk, id="partial-all-nan")
+case("topk", lambda r: ((randi(r, 5, 30, low=-3, high=3), 4, -1, False), {}), _topk, id="partial-int64-smallest")
+case("topk", lambda r: ((randf(r, 2, 3, 64, dtype=np.float64), 5, 2), {}),
+     torch_ref(lambda a, k, dim: a.topk(k, dim)), id="partial-torch")
 case("topk", lambda r: ((randf(r, 3, 5, 8, dtype=np.float64), 3, 1), {}),
      torch_ref(lambda a, k, dim: a.topk(k, dim)), id="torch")
 case("topk", lambda r: ((randf(r, 4, 9), 2), {"largest": False}),
