@@ -11,9 +11,11 @@ fxkit's passes (fusion, quantization, splitting) apply to it.
 Values while importing are graph nodes (tensors), `Const` (initializers,
 ``Constant`` outputs and nodes reading only constants, which are computed
 while importing; ``get_attr`` nodes where a tensor is needed) or `Dims`
-(shape arithmetic: ``Shape``, ``Gather``, ``Concat`` on shapes), which stay
+(shape values: 0-d or 1-D integer tensors computed from ``Shape`` outputs,
+held item by item with their exact rank, see `onnx_import_dims`), which stay
 Python values so ``Reshape`` gets a shape it can use. Where the file has no
-shape for a value, the registry's shape rules give its rank.
+shape for a value, the registry's shape rules give it (an input of unknown
+meta leaves its users unknown, with their rank where the rule still gives it).
 
 Example:
     >>> gm = fxkit.from_onnx("resnet18.onnx")

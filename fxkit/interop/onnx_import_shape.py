@@ -227,7 +227,22 @@ def _gather(c):
     shape = c.shape(0)
     if axis == 0 and shape is not None and len(shape) == 2:
         return c.call("embedding", c.tensor(1), c.tensor(0))  # a lookup table: Gather(weight, ids)
-    raise refuse(c, "Gather with computed multi-dimensional indices (other than a 2-D lookup table)")
+    return _gather_any(c, axis, shape)
+
+
+def _gather_any(c, axis, shape):
+    """Gather with computed indices of any rank: ``index_select`` of the flattened indices (negative
+    ones wrapped), reshaped to ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``."""
+    index_shape = c.shape(1)
+    if shape is None or index_shape is None:
+        raise refuse(c, "Gather with computed indices of unknown rank")
+    axis = _norm(axis, len(shape))
+    x, indices = c.tensor(0), c.tensor(1)
+    sizes = [d if d is not None else c.call("size", x, i) for i, d in enumerate(shape)]
+    index_sizes = [d if d is not None else c.call("size", indices, i) for i, d in enumerate(index_shape)]
+    flat = c.call("remainder", c.call("reshape", indices, -1), sizes[axis])
+    picked = c.call("index_select", x, axis, flat)
+    return c.call("reshape", picked, *sizes[:axis], *index_sizes, *sizes[axis + 1:])
 
 
 @import_rule("GatherElements")

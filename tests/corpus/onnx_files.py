@@ -1,9 +1,9 @@
 """Corpus models as ONNX files, made by torch's own exporter at opset 17 with a symbolic batch.
 
-torch 2.13's default exporter (``dynamo=True``) needs onnxscript, which is
-not installed (and not on the package index used here), so the corpus uses
-the TorchScript exporter (``dynamo=False``), the one most ONNX files in the
-wild come from. Exports are cached per process, and on disk under ``$FXKIT_ONNX_CACHE`` when
+torch 2.13's default exporter (``dynamo=True``) needs onnxscript, which the
+project's environment does not install, so the corpus uses the TorchScript
+exporter (``dynamo=False``), the one most ONNX files in the wild come from.
+Exports are cached per process, and on disk under ``$FXKIT_ONNX_CACHE`` when
 it is set (to skip re-exporting across runs of the tests or the benchmark).
 """
 import functools

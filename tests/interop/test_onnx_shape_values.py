@@ -112,3 +112,18 @@ def test_flatten_at_every_axis_including_the_rank(axis):
     proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["A", "B"])])
     _check(proto, np.random.default_rng(1).standard_normal((4, 2, 3)).astype(np.float32))
+
+
+def test_gather_with_computed_multidimensional_indices():
+    """Gather(x, indices) with 2-D indices computed in the graph (negative ones wrap), as the dynamo
+    exporter writes ``as_strided``-like window gathers."""
+    nodes = [helper.make_node("Sub", ["ids", "offset"], ["shifted"]),  # some indices become negative
+             helper.make_node("Gather", ["x", "shifted"], ["y"], axis=1)]
+    consts = [("offset", np.array(2))]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5, 3]),
+              helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 4])]
+    proto = _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 4, 3])], consts)
+    rng = np.random.default_rng(2)
+    gm = _check(proto, rng.standard_normal((3, 5, 3)).astype(np.float32),
+                rng.integers(0, 5, (2, 4)).astype(np.int64))
+    assert gm(fxkit.ones(1, 5, 3), fxkit.zeros(2, 4, dtype=fxkit.int64)).shape == (1, 2, 4, 3)
