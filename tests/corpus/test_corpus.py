@@ -8,7 +8,7 @@ import torch  # noqa: E402
 
 from tests.corpus.entry import check_distinct  # noqa: E402
 
-SLOW = [pytest.param(name, marks=pytest.mark.slow) for name in NAMES if name not in FAST]
+SLOW = [pytest.param(name, marks=pytest.mark.corpus) for name in NAMES if name not in FAST]
 
 
 @pytest.mark.parametrize("name", list(FAST) + SLOW)

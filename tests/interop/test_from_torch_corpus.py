@@ -6,7 +6,7 @@ relative error at two batch sizes; shape inference with the symbolic batch
 must reach the outputs; parameters and buffers keep their ``state_dict`` names
 and nodes name the torch module they came from. ``FAST`` (a plain convnet, a
 depthwise/squeeze-excite convnet, a masked encoder, a causal decoder) runs
-unmarked; the rest of the corpus is ``slow``.
+unmarked; the rest of the corpus is marked ``corpus`` (``pytest -m corpus``).
 """
 import functools
 
@@ -28,7 +28,7 @@ TOLERANCE = 1e-4
 
 
 def _params(names):
-    return [pytest.param(name, marks=[] if name in FAST else [pytest.mark.slow]) for name in names]
+    return [pytest.param(name, marks=[] if name in FAST else [pytest.mark.corpus]) for name in names]
 
 
 @functools.lru_cache(maxsize=None)

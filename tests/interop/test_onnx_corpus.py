@@ -1,6 +1,6 @@
 """Every ONNX file torch.onnx.export (TorchScript route, opset 17) makes of the model corpus imports with
 fxkit.from_onnx and matches PyTorch eager and onnxruntime within 1e-4, at a batch size other than the
-exported one. The FAST subset runs unmarked; the rest of the corpus is marked slow."""
+exported one. The FAST subset runs unmarked; the rest of the corpus is marked `corpus` (`pytest -m corpus`)."""
 import warnings
 
 import pytest
@@ -16,7 +16,7 @@ from tests.corpus.onnx_files import export_onnx  # noqa: E402
 from tests.interop.zoo_onnx import relative_error, run_onnxruntime  # noqa: E402
 
 TOLERANCE = 1e-4
-PARAMS = [pytest.param(name, marks=() if name in FAST else pytest.mark.slow) for name in NAMES]
+PARAMS = [pytest.param(name, marks=() if name in FAST else pytest.mark.corpus) for name in NAMES]
 
 
 def exported(name):

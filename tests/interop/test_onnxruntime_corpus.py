@@ -17,7 +17,7 @@ import fxkit  # noqa: E402
 from tests.interop.test_onnx_corpus import TOLERANCE, exported  # noqa: E402
 from tests.interop.zoo_onnx import relative_error  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.corpus
 
 
 def imported(name, route):
