@@ -4,7 +4,7 @@ import json
 import pytest
 
 import fxkit
-from fxkit.backends.mpi_transport import decode, encode, parse_header
+from fxkit.distributed.transport import decode, encode, parse_header
 from fxkit.errors import PipelineError
 
 
