@@ -7,26 +7,30 @@ bit-identical to the reference engine (tests/quantization/test_int8_kernels.py).
 
 Where the time goes, and why it is laid out this way:
 
-- Activations are uint8 (int8 ones flipped by +128, their zero point with them) and
-  weights centred int16 ``w - w_zp``. A zero-extended byte times an int16 summed in
-  int32 is the pattern LLVM turns into ``vpdpwssd`` (AVX-512 VNNI) or ``vpmaddwd``
-  + ``vpaddd`` (AVX2, AVX-512BW) on int32 lanes whose upper halves are zero: exact
-  on every x86-64 CPU (no saturation anywhere), 16 multiply-adds per 512-bit
-  instruction. Two int16 operands would compile to ``vpmulld`` (4x slower), and the
-  u8 x s8 instructions (``vpdpbusd``, ``vpmaddubsw``) LLVM never forms from loops
-  (``vpmaddubsw`` would also saturate on 255 * 127 pairs). The input's zero point
-  is one constant per channel, ``x_zp * sum(w - w_zp)``, folded with the bias.
-- The weight is packed once per weight array into ``(N padded to 4, K padded to
-  32)`` centred int16 rows (`_pack`); later calls reuse it after an
-  exact, memcmp-speed check that the int8 weight did not change in place.
-- The product is register-tiled 4 rows x 4 output channels (`_tile`): 16 int32
-  vector accumulators, each row load feeding four multiply-adds. Rows are
-  processed in chunks of at most 64 that one thread centres (or im2col's, for a
-  convolution: no im2col matrix of the whole batch is ever built) into a small
-  uint8 buffer that stays in L2 while every weight quad streams past it.
-- Requantization (gemmlowp's fixed-point multiply and rounding shift) runs on
-  each finished 4x4 tile, written straight to the output (NCHW for a convolution:
-  no transpose afterwards).
+- Both operands are *centred* int16: ``x - x_zp`` and ``w - w_zp``, so the zero
+  points cost nothing in the inner loop. The register tile (`_tile`, 4 rows x 4
+  output channels, 16 vector accumulators) is LLVM IR written here: 32 int16 of a
+  row and of a weight, widened, multiplied, and adjacent products added in pairs,
+  which is the pattern LLVM's x86 back end selects as one ``vpmaddwd`` (SSE2,
+  AVX2, AVX-512BW), fused with the accumulation into ``vpdpwssd`` on AVX-512 VNNI
+  (this machine: 16 ``vpdpwssd`` per 32 columns, nothing else in the loop); other
+  CPUs get the same exact arithmetic as plain vector code. It is exact everywhere:
+  int16 products fit int32 and so does a pair sum, as no operand is -32768
+  (`_supported`). numba's own loops cannot express it: numba widens int32
+  arithmetic to int64, and LLVM vectorises the narrowed loop with ``vpmulld`` or
+  half-used ``vpdpwssd`` lanes, at or below float32 BLAS speed. The u8 x s8
+  instructions (``vpdpbusd``, ``vpmaddubsw``) are not used: LLVM does not select
+  them from generic IR (measured: the 4-way pattern becomes shuffles and
+  ``vpmaddwd`` at a sixth of the speed), and ``vpmaddubsw`` saturates on 255 * 127 pairs.
+- The weight is packed once per weight array into centred int16 rows padded to
+  ``(N rounded up to 4, K rounded up to 32)`` (`_pack`); later calls reuse it after
+  an exact, memcmp-speed check that the int8 weight did not change in place.
+- Rows are processed in chunks of at most 64 that one thread centres (or
+  im2col's, for a convolution: no im2col matrix of the whole batch is ever built)
+  into a small int16 buffer that stays in L2 while the weight quads stream past it.
+- The tiles of a chunk land in a small int32 block; requantization (gemmlowp's
+  fixed-point multiply and rounding shift) then runs channel by channel over it and
+  writes the output directly (NCHW for a convolution: no transpose afterwards).
 
 Chunks of rows (and, when there are too few of them to occupy every thread, of
 output channels) are spread over numba's threads with ``prange``.
@@ -36,20 +40,23 @@ import weakref
 
 import numba
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _JIT = {"cache": True, "nogil": True}
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-_INT16_LIMIT = 32767
+_INT16_LIMIT = 32767  # centred operands stay within +-32767: no pair of products overflows int32
 _TILE = 4  # rows x output channels of one register tile
-_K_ALIGN = 32  # int16 lanes of a 512-bit vector: rows padded so the inner loop has no remainder
-_CHUNK_BYTES = 1 << 17  # one thread's uint8 rows (<= 128 KiB: stays in L2 next to the weight quads)
+_LANES = 32  # int16 per vector step of the tile (one 512-bit register); rows are padded to a multiple
+_CHUNK_BYTES = 1 << 17  # one thread's centred rows (<= 128 KiB: stays in L2 next to the weight quads)
 
 
 @numba.njit(inline="always", **_JIT)
 def _requantize(acc, multiplier, left, right, output_zero_point, low, high):
     """gemmlowp's ``MultiplyByQuantizedMultiplier`` of one int32 accumulator, then zero point and
-    clamp; written with selects, not branches."""
+    clamp; written with selects, not branches, so the loop over a channel vectorises."""
     x = np.int64(acc) << left
     x = min(max(x, _INT32_MIN), _INT32_MAX)
     product = x * multiplier
@@ -61,55 +68,77 @@ def _requantize(acc, multiplier, left, right, output_zero_point, low, high):
     return min(max(out, low), high)
 
 
-@numba.njit(inline="always", **_JIT)
-def _tile(a0, a1, a2, a3, b0, b1, b2, b3):
-    """The 16 int32 dot products of four uint8 rows ``a`` with four int16 rows ``b``.
+@intrinsic
+def _tile(typingctx, a0, a1, a2, a3, b0, b1, b2, b3):
+    """The 16 int32 dot products ``a_i . b_j`` (row-major) of four int16 rows ``a`` with four int16
+    rows ``b``, all C-contiguous with a length that is a multiple of `_LANES` (the packing pads them).
 
-    NOTE: every sum is cast back to int32 at once: numba widens int32 arithmetic to int64,
-    and only int32 accumulators let LLVM use the int16 multiply-add instructions."""
-    c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = np.int32(0)
-    c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = np.int32(0)
-    for k in range(a0.shape[0]):
-        w0, w1, w2, w3 = np.int32(b0[k]), np.int32(b1[k]), np.int32(b2[k]), np.int32(b3[k])
-        v = np.int32(a0[k])
-        c00, c01 = np.int32(c00 + v * w0), np.int32(c01 + v * w1)
-        c02, c03 = np.int32(c02 + v * w2), np.int32(c03 + v * w3)
-        v = np.int32(a1[k])
-        c10, c11 = np.int32(c10 + v * w0), np.int32(c11 + v * w1)
-        c12, c13 = np.int32(c12 + v * w2), np.int32(c13 + v * w3)
-        v = np.int32(a2[k])
-        c20, c21 = np.int32(c20 + v * w0), np.int32(c21 + v * w1)
-        c22, c23 = np.int32(c22 + v * w2), np.int32(c23 + v * w3)
-        v = np.int32(a3[k])
-        c30, c31 = np.int32(c30 + v * w0), np.int32(c31 + v * w1)
-        c32, c33 = np.int32(c32 + v * w2), np.int32(c33 + v * w3)
-    return ((c00, c01, c02, c03), (c10, c11, c12, c13), (c20, c21, c22, c23), (c30, c31, c32, c33))
+    Each step loads 32 int16 of every row, sign-extends them to int32, multiplies, and adds the
+    even and odd products: ``add(shuffle_even(a * b), shuffle_odd(a * b))`` is ``pmaddwd``."""
+    signature = types.UniTuple(types.int32, 16)(a0, a1, a2, a3, b0, b1, b2, b3)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        row, wide, half = (ir.VectorType(ir.IntType(16), _LANES), ir.VectorType(i32, _LANES),
+                           ir.VectorType(i32, _LANES // 2))
+        arrays = [context.make_array(t)(context, builder, v) for t, v in zip(sig.args, args)]
+        pointers = [builder.bitcast(a.data, row.as_pointer()) for a in arrays]
+        steps = builder.udiv(builder.extract_value(arrays[0].shape, 0), ir.Constant(ir.IntType(64), _LANES))
+        sums = [cgutils.alloca_once_value(builder, ir.Constant(half, None)) for _ in range(16)]
+        even = ir.Constant(half, list(range(0, _LANES, 2)))
+        odd = ir.Constant(half, list(range(1, _LANES, 2)))
+        with cgutils.for_range(builder, steps) as loop:
+            values = [builder.sext(builder.load(builder.gep(p, [loop.index]), align=2), wide) for p in pointers]
+            for i in range(_TILE):
+                for j in range(_TILE):
+                    product = builder.mul(values[i], values[_TILE + j])
+                    pairs = builder.add(builder.shuffle_vector(product, product, even),
+                                        builder.shuffle_vector(product, product, odd))
+                    slot = sums[_TILE * i + j]
+                    builder.store(builder.add(builder.load(slot), pairs), slot)
+        reduce = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [half]),
+                                                f"llvm.vector.reduce.add.v{_LANES // 2}i32")
+        return context.make_tuple(builder, sig.return_type, [builder.call(reduce, [builder.load(s)]) for s in sums])
+
+    return signature, codegen
 
 
 @numba.njit(inline="always", **_JIT)
 def _chunk_product(rows, m0, count, w, n0, n1, n_out, bias, multiplier, left, right, output_zero_point, low,
                    high, pixels, out):
-    """Requantized products of the uint8 ``rows`` (global rows ``m0 .. m0 + count``) with the
+    """Requantized products of the centred ``rows`` (global rows ``m0 .. m0 + count``) with the
     packed channels ``n0 .. n1``, written to the flat ``out``: row ``m`` and channel ``n`` go to
-    ``(m // pixels, n, m % pixels)`` of an ``(images, n_out, pixels)`` array (pixels 1: ``(m, n)``)."""
+    ``(m // pixels, n, m % pixels)`` of an ``(images, n_out, pixels)`` array (pixels 1: ``(m, n)``).
+
+    The tiles land in a small int32 block first; requantization then runs channel by channel
+    over it, a loop free of divisions and branches that vectorises."""
+    acc = np.empty((n1 - n0, rows.shape[0]), np.int32)
     for n in range(n0, n1, _TILE):
         w0, w1, w2, w3 = w[n], w[n + 1], w[n + 2], w[n + 3]
         for r in range(0, count, _TILE):
             tile = _tile(rows[r], rows[r + 1], rows[r + 2], rows[r + 3], w0, w1, w2, w3)
             for i in range(_TILE):
-                m = m0 + r + i
-                if r + i < count:
-                    base = (m // pixels) * n_out * pixels + m % pixels
-                    for j in range(_TILE):
-                        c = n + j
-                        if c < n_out:
-                            total = np.int32(np.int64(tile[i][j]) + bias[c])  # int32 wrap, as the reference
-                            out[base + c * pixels] = _requantize(total, multiplier[c], left[c], right[c],
-                                                                 output_zero_point, low, high)
+                for j in range(_TILE):
+                    acc[n - n0 + j, r + i] = tile[_TILE * i + j]
+    offsets = np.empty(count, np.int64)
+    for r in range(count):
+        m = m0 + r
+        offsets[r] = (m // pixels) * n_out * pixels + m % pixels
+    # NOTE: requantized into a contiguous row first: that loop vectorises, the scattered store would not.
+    requantized = np.empty(count, np.int64)
+    for c in range(n0, min(n1, n_out)):
+        sums = acc[c - n0]
+        b, mult, lft, rgt = bias[c], multiplier[c], left[c], right[c]
+        for r in range(count):
+            total = np.int32(np.int64(sums[r]) + b)  # int32 wrap, as the reference's accumulator
+            requantized[r] = _requantize(total, mult, lft, rgt, output_zero_point, low, high)
+        at = c * pixels
+        for r in range(count):
+            out[offsets[r] + at] = requantized[r]
 
 
 @numba.njit(parallel=True, **_JIT)
-def _linear_kernel(x, flip, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk,
+def _linear_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk,
                    n_split, out):
     """``out[m, n]`` of `linear` for 2-D ``x``; chunks of ``chunk`` rows times ``n_split`` channel ranges."""
     m_rows, k = x.shape
@@ -120,20 +149,20 @@ def _linear_kernel(x, flip, w, n_out, bias, multiplier, left, right, output_zero
         mc, nc = job // n_split, job % n_split
         m0 = mc * chunk
         count = min(chunk, m_rows - m0)
-        rows = np.zeros(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.uint8)
+        rows = np.zeros(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.int16)
         for r in range(count):
             xr, dst = x[m0 + r], rows[r]
             for i in range(k):
-                dst[i] = np.uint8(xr[i] ^ flip)
+                dst[i] = np.int16(np.int32(xr[i]) - x_zp)
         _chunk_product(rows, m0, count, w, nc * span, min((nc + 1) * span, n_pad), n_out, bias, multiplier, left,
                        right, output_zero_point, low, high, 1, out)
 
 
 @numba.njit(parallel=True, **_JIT)
-def _conv_kernel(x, flip, pad_value, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk, n_split,
+def _conv_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk, n_split,
                  kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, out):
-    """`conv2d` of one group: im2col of ``chunk`` output pixels at a time into uint8 rows
-    (columns ``(channel, ky, kx)``; taps in the padding read the zero point), then the
+    """`conv2d` of one group: im2col of ``chunk`` output pixels at a time into centred int16 rows
+    (columns ``(channel, ky, kx)``; taps in the padding are 0, the centred zero point), then the
     requantized product written to the flat NCHW ``out`` of ``n_out`` channels."""
     n_images, channels, h, width = x.shape
     n_pad, k_pad = w.shape
@@ -145,7 +174,7 @@ def _conv_kernel(x, flip, pad_value, w, n_out, bias, multiplier, left, right, ou
         mc, nc = job // n_split, job % n_split
         m0 = mc * chunk
         count = min(chunk, m_rows - m0)
-        rows = np.zeros(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.uint8)
+        rows = np.zeros(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.int16)
         for r in range(count):
             m = m0 + r
             image, pixel = m // pixels, m % pixels
@@ -159,7 +188,8 @@ def _conv_kernel(x, flip, pad_value, w, n_out, bias, multiplier, left, right, ou
                     inside = 0 <= y < h
                     for j in range(kw):
                         xx = ox * sw - pw + j * dw
-                        dst[col] = np.uint8(plane[y, xx] ^ flip) if inside and 0 <= xx < width else pad_value
+                        if inside and 0 <= xx < width:
+                            dst[col] = np.int16(np.int32(plane[y, xx]) - x_zp)
                         col += 1
         _chunk_product(rows, m0, count, w, nc * span, min((nc + 1) * span, n_pad), n_out, bias, multiplier, left,
                        right, output_zero_point, low, high, pixels, out)
@@ -167,12 +197,14 @@ def _conv_kernel(x, flip, pad_value, w, n_out, bias, multiplier, left, right, ou
 
 @numba.njit(**_JIT)
 def _same(a, b):
-    """Whether two equally shaped C-contiguous int8/uint8 arrays hold the same bytes (early exit)."""
+    """Whether two equally shaped C-contiguous int8/uint8 arrays hold the same bytes.
+
+    NOTE: an OR of XORs with no early exit: that loop vectorises (tens of GB/s), a comparing one does not."""
     fa, fb = a.ravel(), b.ravel()
+    differ = np.uint8(0)
     for i in range(fa.shape[0]):
-        if fa[i] != fb[i]:
-            return False
-    return True
+        differ |= np.uint8(fa[i] ^ fb[i])
+    return differ == 0
 
 
 class _PackCache:
@@ -205,43 +237,39 @@ class _PackCache:
 
 def _pack(weight, weight_zero_point):
     """``(N, ...)`` int8/uint8 weights (a convolution's flattened per output channel) as centred int16
-    rows ``w - w_zp`` zero-padded to ``(N, K)`` rounded up to ``(4, 32)`` (the layout the tile loop
-    streams), and each row's int64 sum (the input zero point's term)."""
+    rows ``w - w_zp`` zero-padded to ``(N, K)`` rounded up to ``(4, 32)``: the layout `_tile` streams."""
     weight2d = weight.reshape(weight.shape[0], -1)
     n, k = weight2d.shape
-    packed = np.zeros((-(-n // _TILE) * _TILE, -(-k // _K_ALIGN) * _K_ALIGN), np.int16)
+    packed = np.zeros((-(-n // _TILE) * _TILE, -(-k // _LANES) * _LANES), np.int16)
     np.subtract(weight2d, weight_zero_point.astype(np.int16)[:, None], out=packed[:n, :k], dtype=np.int16)
-    return packed, packed[:n].sum(axis=1, dtype=np.int64)
+    return packed
 
 
 _PACKED = _PackCache()
 
 
-def _supported(x_dtype, input_zero_point, weight_zero_point):
-    """Whether this engine's operands hold: the uint8 input zero point (int8 inputs are flipped by
-    +128) is a byte and every ``w - w_zp`` fits int16; otherwise the reference engine runs."""
-    shifted = input_zero_point + (128 if x_dtype == np.int8 else 0)
-    w_zp = np.asarray(weight_zero_point, np.int64)
-    return 0 <= shifted <= 255 and (w_zp.size == 0 or (w_zp.min() >= -32767 + 255 and w_zp.max() <= 32767 - 255))
+def _centred_fit(dtype, zero_points):
+    """Whether every ``v - zp`` of this dtype's values fits +-32767 (so `_tile` is exact)."""
+    info = np.iinfo(dtype)
+    zp = np.asarray(zero_points, np.int64)
+    return bool(zp.size == 0 or (info.max - zp.min() <= _INT16_LIMIT and zp.max() - info.min <= _INT16_LIMIT))
 
 
-def _epilogue(x_dtype, input_zero_point, bias, row_sums, multiplier, shift):
-    """The int64 vectors of `_chunk_product`: the per-channel constant ``bias - x_zp * sum(w - w_zp)``
-    (uint8 zero point) and the shifts split in two."""
-    shifted = input_zero_point + (128 if x_dtype == np.int8 else 0)
-    constant = bias.astype(np.int64) - shifted * row_sums
+def _supported(x_dtype, input_zero_point, weight_dtype, weight_zero_point):
+    """Whether this engine's int16 operands hold; otherwise the reference engine runs."""
+    return _centred_fit(x_dtype, [input_zero_point]) and _centred_fit(weight_dtype, weight_zero_point)
+
+
+def _epilogue(bias, multiplier, shift):
+    """The int64 per-channel vectors of `_chunk_product`: bias, multiplier and the shifts split in two."""
     shift = shift.astype(np.int64)
-    return constant, multiplier.astype(np.int64), np.maximum(shift, 0), np.maximum(-shift, 0)
-
-
-def _flip(x_dtype):
-    return np.int64(0x80 if x_dtype == np.int8 else 0)
+    return bias.astype(np.int64), multiplier.astype(np.int64), np.maximum(shift, 0), np.maximum(-shift, 0)
 
 
 def _schedule(m_rows, k_pad, n_pad):
-    """Rows per chunk (a multiple of 4 whose uint8 rows fit `_CHUNK_BYTES`) and how many channel
+    """Rows per chunk (a multiple of 4 whose int16 rows fit `_CHUNK_BYTES`) and how many channel
     ranges split each chunk so that every thread has work."""
-    chunk = max(_TILE, min(64, _CHUNK_BYTES // k_pad // _TILE * _TILE))
+    chunk = max(_TILE, min(64, _CHUNK_BYTES // (2 * k_pad) // _TILE * _TILE))
     m_chunks = -(-m_rows // chunk)
     threads = numba.get_num_threads()
     n_split = max(1, min(n_pad // _TILE, -(-threads // m_chunks)))
@@ -251,18 +279,17 @@ def _schedule(m_rows, k_pad, n_pad):
 def linear(x, weight, bias, input_zero_point, weight_zero_point, multiplier, shift, output_zero_point, low, high,
            dtype):
     """The integer linear layer on 2-D ``x`` (arguments as `quantized_ops.reference_linear`, without ``xp``)."""
-    if not _supported(x.dtype, input_zero_point, weight_zero_point):
+    if not _supported(x.dtype, input_zero_point, weight.dtype, weight_zero_point):
         from fxkit.runtime.ops.quantized_ops import reference_linear
         return reference_linear(np, x, weight, bias, input_zero_point, weight_zero_point, multiplier, shift,
                                 output_zero_point, low, high, dtype)
-    packed, row_sums = _PACKED.get(np.ascontiguousarray(weight), weight_zero_point)
+    packed = _PACKED.get(np.ascontiguousarray(weight), weight_zero_point)
     m_rows, n_out = x.shape[0], weight.shape[0]
     out = np.empty((m_rows, n_out), dtype)
     if m_rows:
         chunk, n_split = _schedule(m_rows, packed.shape[1], packed.shape[0])
-        _linear_kernel(np.ascontiguousarray(x), _flip(x.dtype), packed, n_out,
-                       *_epilogue(x.dtype, input_zero_point, bias, row_sums, multiplier, shift), output_zero_point,
-                       low, high, chunk, n_split, out.ravel())
+        _linear_kernel(np.ascontiguousarray(x), np.int32(input_zero_point), packed, n_out,
+                       *_epilogue(bias, multiplier, shift), output_zero_point, low, high, chunk, n_split, out.ravel())
     return out
 
 
@@ -270,7 +297,7 @@ def conv2d(x, weight, bias, input_zero_point, weight_zero_point, multiplier, shi
            dtype, stride, padding, dilation, groups):
     """The integer convolution of a batched ``x`` (arguments as `quantized_ops.reference_conv2d`, without
     ``xp``): per group, im2col by chunks of output pixels and the requantizing product into NCHW."""
-    if not _supported(x.dtype, input_zero_point, weight_zero_point):
+    if not _supported(x.dtype, input_zero_point, weight.dtype, weight_zero_point):
         from fxkit.runtime.ops.quantized_ops import reference_conv2d
         return reference_conv2d(np, x, weight, bias, input_zero_point, weight_zero_point, multiplier, shift,
                                 output_zero_point, low, high, dtype, stride, padding, dilation, groups)
@@ -281,19 +308,17 @@ def conv2d(x, weight, bias, input_zero_point, weight_zero_point, multiplier, shi
     weight = np.ascontiguousarray(weight)
     per_group = oc // groups
     out = np.empty((n, oc, oh * ow), dtype)
-    packed, row_sums = _PACKED.get(weight, weight_zero_point)
-    vectors = _epilogue(x.dtype, input_zero_point, bias, row_sums, multiplier, shift)
-    pad_value = np.uint8(input_zero_point + (128 if x.dtype == np.int8 else 0))
+    packed = _PACKED.get(weight, weight_zero_point)
+    vectors = _epilogue(bias, multiplier, shift)
     for g in range(groups):
         channels = slice(g * per_group, (g + 1) * per_group)
-        # NOTE: a group's channels start at a multiple of 4 only when per_group is one; otherwise
-        # the group's rows are repacked (zero-padded to 4) from the packed whole.
+        # NOTE: the tile reads weight rows four at a time: a group's rows are padded to a multiple of 4.
         group_w = packed if groups == 1 else _pad_rows(packed[channels])
         xg = np.ascontiguousarray(x[:, g * cg:(g + 1) * cg])
         target = out if groups == 1 else np.empty((n, per_group, oh * ow), dtype)
         if target.size:
             chunk, n_split = _schedule(n * oh * ow, group_w.shape[1], group_w.shape[0])
-            _conv_kernel(xg, _flip(x.dtype), pad_value, group_w, per_group, *(v[channels] for v in vectors),
+            _conv_kernel(xg, np.int32(input_zero_point), group_w, per_group, *(v[channels] for v in vectors),
                          output_zero_point, low, high, chunk, n_split, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow,
                          target.ravel())
         if groups != 1:
