@@ -96,11 +96,32 @@ def _tile(typingctx, a0, a1, a2, a3, b0, b1, b2, b3):
                                         builder.shuffle_vector(product, product, odd))
                     slot = sums[_TILE * i + j]
                     builder.store(builder.add(builder.load(slot), pairs), slot)
-        reduce = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [half]),
-                                                f"llvm.vector.reduce.add.v{_LANES // 2}i32")
-        return context.make_tuple(builder, sig.return_type, [builder.call(reduce, [builder.load(s)]) for s in sums])
+        total = _sum_lanes(builder, [builder.load(s) for s in sums])
+        return context.make_tuple(builder, sig.return_type,
+                                  [builder.extract_element(total, ir.Constant(i32, i)) for i in range(16)])
 
     return signature, codegen
+
+
+def _sum_lanes(builder, vectors):
+    """One vector whose lane ``i`` is the sum of the lanes of ``vectors[i]`` (as many vectors as lanes).
+
+    A tree of pairwise shuffle-and-adds (15 for 16 vectors, where 16 separate reductions take 64):
+    combining two vectors that each hold ``s`` sums in ``p`` partial lanes gives one holding ``2 s``
+    sums in ``p / 2`` lanes."""
+    i32 = ir.IntType(32)
+    width = vectors[0].type.count
+    partials = width
+    while len(vectors) > 1:
+        partials //= 2
+        sources = width // (2 * partials)  # sums held by each input vector
+        low = [side * width + j * 2 * partials + q for side in range(2) for j in range(sources)
+               for q in range(partials)]
+        mask_low = ir.Constant(ir.VectorType(i32, width), low)
+        mask_high = ir.Constant(ir.VectorType(i32, width), [i + partials for i in low])
+        vectors = [builder.add(builder.shuffle_vector(a, b, mask_low), builder.shuffle_vector(a, b, mask_high))
+                   for a, b in zip(vectors[::2], vectors[1::2])]
+    return vectors[0]
 
 
 @numba.njit(inline="always", **_JIT)
@@ -149,22 +170,23 @@ def _linear_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, output_zero
         mc, nc = job // n_split, job % n_split
         m0 = mc * chunk
         count = min(chunk, m_rows - m0)
-        rows = np.zeros(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.int16)
+        # NOTE: not zeroed: the padding columns meet zero weights, and the padding rows' sums are dropped.
+        rows = np.empty(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.int16)
         for r in range(count):
-            xr, dst = x[m0 + r], rows[r]
             for i in range(k):
-                dst[i] = np.int16(np.int32(xr[i]) - x_zp)
+                rows[r, i] = np.int16(np.int32(x[m0 + r, i]) - x_zp)
         _chunk_product(rows, m0, count, w, nc * span, min((nc + 1) * span, n_pad), n_out, bias, multiplier, left,
                        right, output_zero_point, low, high, 1, out)
 
 
 @numba.njit(parallel=True, **_JIT)
-def _conv_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk, n_split,
+def _conv_kernel(x, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk, n_split,
                  kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, out):
-    """`conv2d` of one group: im2col of ``chunk`` output pixels at a time into centred int16 rows
-    (columns ``(channel, ky, kx)``; taps in the padding are 0, the centred zero point), then the
-    requantized product written to the flat NCHW ``out`` of ``n_out`` channels."""
-    n_images, channels, h, width = x.shape
+    """`conv2d` of one group on the centred NHWC int16 ``x``: im2col of ``chunk`` output pixels at a
+    time into int16 rows (columns ``(ky, kx, channel)``: each tap is one contiguous copy of the
+    channels; taps in the padding are 0, the centred zero point), then the requantized product
+    written to the flat NCHW ``out`` of ``n_out`` channels."""
+    n_images, h, width, channels = x.shape
     n_pad, k_pad = w.shape
     pixels = oh * ow
     m_rows = n_images * pixels
@@ -174,23 +196,32 @@ def _conv_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, output_zero_p
         mc, nc = job // n_split, job % n_split
         m0 = mc * chunk
         count = min(chunk, m_rows - m0)
-        rows = np.zeros(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.int16)
+        # NOTE: not zeroed: the padding columns meet zero weights, and the padding rows' sums are dropped.
+        rows = np.empty(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.int16)
         for r in range(count):
             m = m0 + r
             image, pixel = m // pixels, m % pixels
             oy, ox = pixel // ow, pixel % ow
-            dst = rows[r]
             col = 0
-            for c in range(channels):
-                plane = x[image, c]
-                for i in range(kh):
-                    y = oy * sh - ph + i * dh
-                    inside = 0 <= y < h
-                    for j in range(kw):
-                        xx = ox * sw - pw + j * dw
-                        if inside and 0 <= xx < width:
-                            dst[col] = np.int16(np.int32(plane[y, xx]) - x_zp)
-                        col += 1
+            # NOTE: plain indexing, no row views: a numba view costs two atomic reference counts.
+            for i in range(kh):
+                y = oy * sh - ph + i * dh
+                for j in range(kw):
+                    xx = ox * sw - pw + j * dw
+                    if 0 <= y < h and 0 <= xx < width:
+                        # NOTE: blocks of 16 of fixed length: a loop over all the channels (a runtime
+                        # count, often 64) falls short of LLVM's unrolled vector loop and runs scalar.
+                        c = 0
+                        while c + 16 <= channels:
+                            for q in range(16):
+                                rows[r, col + c + q] = x[image, y, xx, c + q]
+                            c += 16
+                        for q in range(c, channels):
+                            rows[r, col + q] = x[image, y, xx, q]
+                    else:
+                        for c in range(channels):
+                            rows[r, col + c] = 0
+                    col += channels
         _chunk_product(rows, m0, count, w, nc * span, min((nc + 1) * span, n_pad), n_out, bias, multiplier, left,
                        right, output_zero_point, low, high, pixels, out)
 
@@ -236,9 +267,10 @@ class _PackCache:
 
 
 def _pack(weight, weight_zero_point):
-    """``(N, ...)`` int8/uint8 weights (a convolution's flattened per output channel) as centred int16
-    rows ``w - w_zp`` zero-padded to ``(N, K)`` rounded up to ``(4, 32)``: the layout `_tile` streams."""
-    weight2d = weight.reshape(weight.shape[0], -1)
+    """``(N, K)`` int8/uint8 weights, or a convolution's ``(N, C, kH, kW)`` flattened as ``(ky, kx, c)``
+    (`_conv_kernel`'s columns), as centred int16 rows ``w - w_zp`` zero-padded to ``(N, K)`` rounded
+    up to ``(4, 32)``: the layout `_tile` streams."""
+    weight2d = (weight if weight.ndim == 2 else weight.transpose(0, 2, 3, 1)).reshape(weight.shape[0], -1)
     n, k = weight2d.shape
     packed = np.zeros((-(-n // _TILE) * _TILE, -(-k // _LANES) * _LANES), np.int16)
     np.subtract(weight2d, weight_zero_point.astype(np.int16)[:, None], out=packed[:n, :k], dtype=np.int16)
@@ -314,11 +346,13 @@ def conv2d(x, weight, bias, input_zero_point, weight_zero_point, multiplier, shi
         channels = slice(g * per_group, (g + 1) * per_group)
         # NOTE: the tile reads weight rows four at a time: a group's rows are padded to a multiple of 4.
         group_w = packed if groups == 1 else _pad_rows(packed[channels])
-        xg = np.ascontiguousarray(x[:, g * cg:(g + 1) * cg])
+        xg = np.empty((n, h, w, cg), np.int16)  # the group's input, centred, channels last
+        np.subtract(x[:, g * cg:(g + 1) * cg].transpose(0, 2, 3, 1), np.int16(input_zero_point), out=xg,
+                    dtype=np.int16)
         target = out if groups == 1 else np.empty((n, per_group, oh * ow), dtype)
         if target.size:
             chunk, n_split = _schedule(n * oh * ow, group_w.shape[1], group_w.shape[0])
-            _conv_kernel(xg, np.int32(input_zero_point), group_w, per_group, *(v[channels] for v in vectors),
+            _conv_kernel(xg, group_w, per_group, *(v[channels] for v in vectors),
                          output_zero_point, low, high, chunk, n_split, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow,
                          target.ravel())
         if groups != 1:
