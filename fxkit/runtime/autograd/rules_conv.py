@@ -37,31 +37,14 @@ def _crop(x, top, left, height, width):
     return _pad(x, amounts) if any(amounts) else x
 
 
-def _adjoint_weight(weight, groups):
-    """The kernel whose stride-1 convolution is the adjoint of ``weight``'s: each group's
-    ``(out, in)`` channels swapped and the taps flipped."""
-    oc, cg, kh, kw = weight.shape
-    flipped = weight.flip((2, 3))
-    if groups == 1:
-        return flipped.transpose(0, 1)
-    return flipped.reshape(groups, oc // groups, cg, kh, kw).transpose(1, 2).reshape(groups * cg, oc // groups, kh, kw)
-
-
 def _conv2d_grads(g, x, weight, needs_x, needs_w, stride, padding, dilation, groups):
     """Input and weight gradients of a batched conv2d."""
     stride, dilation = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
     gx = gw = None
     if needs_x:
-        (top, bottom), (left, right) = conv_pads(padding, tuple(weight.shape[2:]), dilation)
-        kh, kw = weight.shape[2:]
-        ph, pw = dilation[0] * (kh - 1) - top, dilation[1] * (kw - 1) - left
-        if stride == (1, 1) and top == bottom and left == right and ph >= 0 and pw >= 0:
-            # NOTE: at stride 1 the adjoint is a convolution with the flipped, transposed kernel,
-            # padded so the result has the input's size: no full-size transpose and crop.
-            gx = _conv2d(g, _adjoint_weight(weight, groups), None, 1, (ph, pw), dilation, groups)
-        else:
-            full = _conv_transpose2d(g, weight, None, stride, 0, 0, groups, dilation)
-            gx = _crop(full, top, left, x.shape[-2], x.shape[-1])
+        (top, _), (left, _) = conv_pads(padding, tuple(weight.shape[2:]), dilation)
+        full = _conv_transpose2d(g, weight, None, stride, 0, 0, groups, dilation)
+        gx = _crop(full, top, left, x.shape[-2], x.shape[-1])
     if needs_w:
         gw = _weight_grad(x, tuple(weight.shape), g, stride, padding, dilation, groups)
     return gx, gw
