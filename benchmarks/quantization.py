@@ -12,9 +12,14 @@ Figures and targets:
 - Latency of one int8 layer (int8 in, int8 out: what runs between two quantized layers) on the
   numba engine and the numpy reference engine, against fxkit's float32 layer (BLAS); PyTorch's
   float32 and fbgemm int8 layers alongside when PyTorch is installed. Reported, no target.
+- Issue 19's targets (`ratio_table`): at resnet18's and BERT's shapes, fxkit's float32 layer
+  (conv/linear + bias + ReLU) over its int8 layer on the numba engine (target >= 1.3), and
+  resnet18 (fxkit.models, batch 8 at 64x64) end to end, float32 GraphModule over its
+  per-channel int8 conversion (target > 1). Contenders take turns call by call and each
+  keeps its median of the rounds; the load average is printed with the table.
 
-Each contender is timed in its own block of rounds and keeps its best round (the least
-disturbed by other processes on a shared machine).
+Each contender of the latency table is timed in its own block of rounds and keeps its best
+round (the least disturbed by other processes on a shared machine).
 """
 import argparse
 import os
@@ -195,13 +200,82 @@ def _latency_rows(console, rounds, threads):
     console.print(table)
 
 
+def interleaved_medians(fns, rounds):
+    """``[(wall, cpu)]``: median wall-clock and process CPU seconds of each function, the functions
+    taking turns round by round (so load from other processes hits them alike).
+
+    NOTE: CPU time (every thread of the process, spin-waiting included) is printed beside wall time:
+    on a machine loaded far beyond its cores, wall time mostly measures the scheduler."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, kept in zip(fns, times):
+            wall, cpu = time.perf_counter(), time.process_time()
+            fn()
+            kept.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return [tuple(float(v) for v in np.median(np.array(kept), axis=0)) for kept in times]
+
+
+def _resnet18_pair(rng):
+    """resnet18 (batch 8, 3x64x64) as a float32 GraphModule and its per-channel int8 conversion."""
+    model, shapes = fxkit.models.get("resnet18")
+    model.eval()
+    x = fxkit.from_numpy(rng.standard_normal(shapes[0]).astype(np.float32))
+    prepared = prepare(model, per_channel_qconfig)
+    calibrate(prepared, [x], progress=False)
+    traced = fxkit.symbolic_trace(model)
+    return (lambda: traced(x)), convert(prepared, report=False), x
+
+
+def ratio_table(console, rounds, threads):
+    """Issue 19's int8-over-float32 ratios, ``threads`` threads for every library."""
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    numba.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    cases = [
+        ("conv2d", "resnet18 3x3 64->64 @56x56, batch 8", (8, 64, 56, 56), (64, 64, 3, 3), {"padding": 1}),
+        ("conv2d", "resnet18 3x3 256->256 @14x14, batch 8", (8, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}),
+        ("linear", "resnet18 fc 512->1000, batch 8", (8, 512), (1000, 512), {}),
+        ("linear", "BERT 768->768, 128 tokens", (128, 768), (768, 768), {}),
+        ("linear", "BERT 768->3072, 128 tokens", (128, 768), (3072, 768), {}),
+    ]
+    table = Table("layer", "fp32 fxkit wall (ms)", "int8 numba wall (ms)", "fp32 / int8 wall (target >= 1.3)",
+                  "fp32 / int8 CPU time",
+                  title=f"int8 numba engine vs fxkit float32, median of {rounds} interleaved rounds, "
+                        f"{threads} thread(s)")
+    with threadpool_limits(threads), use_quantized_engine("numba"):
+        for kind, label, x_shape, w_shape, conv in cases:
+            xf = fxkit.from_numpy(rng.standard_normal(x_shape).astype(np.float32))
+            wf = fxkit.from_numpy(rng.standard_normal(w_shape).astype(np.float32))
+            bf = fxkit.from_numpy(rng.standard_normal(w_shape[0]).astype(np.float32))
+            float_layer = ((lambda: F.relu(F.conv2d(xf, wf, bf, **conv))) if kind == "conv2d"
+                           else (lambda: F.relu(F.linear(xf, wf, bf))))
+            fp32, int8 = interleaved_medians([float_layer, _int8_layer(rng, kind, x_shape, w_shape, conv)], rounds)
+            table.add_row(f"{kind} {label}", f"{fp32[0] * 1e3:.2f}", f"{int8[0] * 1e3:.2f}",
+                          f"{fp32[0] / int8[0]:.2f}x", f"{fp32[1] / int8[1]:.2f}x")
+        float_model, int8_model, x = _resnet18_pair(rng)
+        fp32, int8 = interleaved_medians([float_model, lambda: int8_model(x)], rounds)
+        table.add_row("resnet18 end to end, batch 8 3x64x64 (target > 1)", f"{fp32[0] * 1e3:.2f}",
+                      f"{int8[0] * 1e3:.2f}", f"{fp32[0] / int8[0]:.2f}x", f"{fp32[1] / int8[1]:.2f}x")
+    console.print(table)
+    console.print("load average (1, 5, 15 min): " + ", ".join(f"{v:.1f}" for v in os.getloadavg()))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=1,
                         help="threads per library for the latency table (1: least disturbed on a shared machine)")
+    parser.add_argument("--ratio-threads", type=int, default=2, help="threads per library for issue 19's ratios")
+    parser.add_argument("--ratios-only", action="store_true", help="only issue 19's int8-over-float32 ratios")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=max(Console().width, 150))
+    ratio_table(console, 9 if args.quick else 15, args.ratio_threads)
+    if args.ratios_only:
+        return
     latency_table(console, 5 if args.quick else 30, args.threads)
     accuracy_table(console, with_qat=not args.quick)
 

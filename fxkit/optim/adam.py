@@ -3,7 +3,7 @@
 float32 operations)."""
 import numbers
 
-from fxkit.optim.optimizer import Optimizer, check_nonnegative, state_tensor
+from fxkit.optim.optimizer import Optimizer, check_nonnegative, chunks, state_tensor
 
 
 class Adam(Optimizer):
@@ -62,27 +62,30 @@ class Adam(Optimizer):
         lr = group["lr"]
         beta1, beta2 = group["betas"]
         weight_decay = group["weight_decay"]
-        m = state["exp_avg"]._data
-        v = state["exp_avg_sq"]._data
-        if group["maximize"]:
-            g = -g
-        if weight_decay != 0:
-            if group["decoupled_weight_decay"]:
-                p *= 1 - lr * weight_decay
-            else:
-                g = g + weight_decay * p
-        _lerp_(xp, m, g, 1 - beta1)
-        v *= beta2
-        v += (1 - beta2) * g * g
-        if group["amsgrad"]:
-            v = xp.maximum(state["max_exp_avg_sq"]._data, v, out=state["max_exp_avg_sq"]._data)
         step_size = lr / (1 - beta1 ** step)
-        denom = xp.sqrt(v)
-        denom /= (1 - beta2 ** step) ** 0.5
-        denom += group["eps"]
-        update = m * -step_size
-        update /= denom
-        p += update
+        correction = (1 - beta2 ** step) ** 0.5
+        arrays = [p, g, state["exp_avg"]._data, state["exp_avg_sq"]._data]
+        if group["amsgrad"]:
+            arrays.append(state["max_exp_avg_sq"]._data)
+        for ps, gs, m, v, *most in chunks(*arrays):
+            if group["maximize"]:
+                gs = -gs
+            if weight_decay != 0:
+                if group["decoupled_weight_decay"]:
+                    ps *= 1 - lr * weight_decay
+                else:
+                    gs = gs + weight_decay * ps
+            _lerp_(xp, m, gs, 1 - beta1)
+            v *= beta2
+            v += (1 - beta2) * gs * gs
+            if most:
+                v = xp.maximum(most[0], v, out=most[0])
+            denom = xp.sqrt(v)
+            denom /= correction
+            denom += group["eps"]
+            update = m * -step_size
+            update /= denom
+            ps += update
 
 
 class AdamW(Adam):

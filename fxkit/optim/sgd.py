@@ -1,6 +1,6 @@
 """`SGD`: stochastic gradient descent with momentum, dampening, Nesterov momentum
 and weight decay, step for step PyTorch's ``torch.optim.SGD``."""
-from fxkit.optim.optimizer import Optimizer, check_nonnegative, state_tensor
+from fxkit.optim.optimizer import Optimizer, check_nonnegative, chunks, state_tensor
 
 
 class SGD(Optimizer):
@@ -43,23 +43,34 @@ class SGD(Optimizer):
                              f"momentum={group['momentum']}, dampening={group['dampening']}")
 
     def _update(self, param, g, state, group):
-        p = param._data
         momentum = group["momentum"]
-        weight_decay = group["weight_decay"]
-        if group["maximize"]:
-            g = -g
-        if weight_decay != 0:
-            g = g + weight_decay * p
+        buf = None
         if momentum != 0:
             buf = state.get("momentum_buffer")
             if buf is None:
-                buf = g.copy()
+                # the first step's buffer is the (decayed, negated) gradient itself
+                buf = _direction(param._data, g, group).copy()
                 state["momentum_buffer"] = state_tensor(buf, param)
+                first = True
             else:
-                buf = buf._data
-                buf *= momentum
-                dampening = group["dampening"]
-                buf += g if dampening == 0 else (1 - dampening) * g
-            g = g + momentum * buf if group["nesterov"] else buf
-        p -= group["lr"] * g
+                buf, first = buf._data, False
+        if buf is None:
+            for p, gs in chunks(param._data, g):
+                p -= group["lr"] * _direction(p, gs, group)
+            return
+        dampening = group["dampening"]
+        for p, gs, b in chunks(param._data, g, buf):
+            d = _direction(p, gs, group)
+            if not first:
+                b *= momentum
+                b += d if dampening == 0 else (1 - dampening) * d
+            p -= group["lr"] * (d + momentum * b if group["nesterov"] else b)
 
+
+def _direction(p, g, group):
+    """The gradient as the update sees it: negated when maximizing, plus the L2 decay."""
+    if group["maximize"]:
+        g = -g
+    if group["weight_decay"] != 0:
+        g = g + group["weight_decay"] * p
+    return g

@@ -48,3 +48,15 @@ def test_adam_param_groups_match_torch(name, rng):
                       lr=0.01)
     assert_params_close(fx, th)
 
+
+
+def test_adam_on_parameters_larger_than_one_chunk_matches_torch(rng):
+    """Updates run slice by slice (fxkit.optim.optimizer.chunks) on large parameters: same result."""
+    from fxkit.optim.optimizer import CHUNK
+
+    init, grads = problem(rng, shapes=[(3, CHUNK // 2 + 5), (7,)], steps=3)
+    fx, th = run_both(fxkit.optim.Adam, torch.optim.Adam, init, grads, lr=0.01, weight_decay=0.1, amsgrad=True,
+                      maximize=True)
+    assert_params_close(fx, th)
+    fx, th = run_both(fxkit.optim.AdamW, torch.optim.AdamW, init, grads, lr=0.01)
+    assert_params_close(fx, th)

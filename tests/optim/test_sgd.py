@@ -46,3 +46,13 @@ def test_sgd_changed_lr_midway_matches_torch(rng):
         fx_opt.step()
         th_opt.step()
     assert_params_close(fx, th)
+
+
+def test_sgd_on_parameters_larger_than_one_chunk_matches_torch(rng):
+    """Updates run slice by slice (fxkit.optim.optimizer.chunks) on large parameters: same result."""
+    from fxkit.optim.optimizer import CHUNK
+
+    init, grads = problem(rng, shapes=[(3, CHUNK // 2 + 5), (7,)], steps=3)
+    config = {"lr": 0.02, "momentum": 0.7, "weight_decay": 0.1, "nesterov": True, "maximize": True}
+    fx, th = run_both(fxkit.optim.SGD, torch.optim.SGD, init, grads, **config)
+    assert_params_close(fx, th)

@@ -178,3 +178,33 @@ def test_kernel_argument_errors_name_the_op_and_values(rng):
                                          r"channels \(groups=1\), got an input of shape \[1, 2, 4, 4\]"):
         fxkit.quantized_conv2d(fxkit.from_numpy(_ints(rng, np.int8, 1, 2, 4, 4)),
                                fxkit.from_numpy(_ints(rng, np.int8, 3, 3, 3, 3)), None, 0, 0, 2 ** 30, -5, 0)
+
+
+def test_numba_engine_across_row_chunks_and_channel_splits(rng):
+    """Shapes beyond one chunk of rows (64) and one tile, on the numba engine against the integer reference."""
+    args, kwargs, expected = _linear_case(rng, 150, 200, 37, np.int8, True, True)
+    with Q.use_quantized_engine("numba"):
+        np.testing.assert_array_equal(fxkit.quantized_linear(*args, **kwargs).numpy(), expected)
+    x = _ints(rng, np.uint8, 2, 8, 11, 10)
+    w = _ints(rng, np.int8, 6, 8, 3, 3)
+    bias = rng.integers(-20000, 20000, 6).astype(np.int32)
+    multiplier, shift = _requant_params(rng, 6, True)
+    acc = ref.conv2d_accumulators(x, w, bias, 17, np.zeros(6, np.int64), (1, 1), (1, 1), (1, 1), 1)
+    expected = ref.requantize(acc, multiplier, shift, 3, -128, 127, False, channel_axis=1)
+    with Q.use_quantized_engine("numba"):
+        out = fxkit.quantized_conv2d(fxkit.from_numpy(x), fxkit.from_numpy(w), fxkit.from_numpy(bias), 17, 0,
+                                     fxkit.from_numpy(multiplier.astype(np.int32)),
+                                     fxkit.from_numpy(shift.astype(np.int32)), 3, padding=1)
+    np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_numba_engine_repacks_a_weight_changed_in_place(rng):
+    """The numba engine packs a weight once; writing into that weight afterwards must not reuse the old pack."""
+    args, kwargs, _ = _linear_case(rng, 5, 40, 7, np.uint8, False, False)
+    weight = args[1]
+    with Q.use_quantized_engine("numba"):
+        fxkit.quantized_linear(*args, **kwargs)
+        weight._data[...] = _ints(rng, np.int8, 7, 40)
+        got = fxkit.quantized_linear(*args, **kwargs).numpy()
+    expected = fxkit.quantized_linear(*args, **kwargs).numpy()  # the reference engine
+    np.testing.assert_array_equal(got, expected)

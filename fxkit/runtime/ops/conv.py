@@ -287,7 +287,8 @@ def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_p
 
     Every input pixel scatters ``weight``'s taps into the output: one batched
     matmul gives all contributions, then each of the kH*kW taps is added into
-    a strided slice of the output (col2im).
+    a strided slice of the output (col2im). At stride 1 (no output padding, padding
+    within the dilated kernel) it runs as conv2d with the flipped kernel instead.
 
     Args:
         input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``.
@@ -298,7 +299,7 @@ def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_p
             strided conv2d maps to the same output size.
         groups: as in `conv2d`.
     """
-    batched, (sh, sw), (ph, pw), _, (dh, dw), out_shape = _transpose_geometry(
+    batched, (sh, sw), (ph, pw), output_padding, (dh, dw), out_shape = _transpose_geometry(
         input, weight, bias, stride, padding, output_padding, groups, dilation)
     if input.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(conv_transpose2d.impl, xp, input, weight, bias, stride, padding, output_padding,
@@ -307,6 +308,15 @@ def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_p
     n, c, h, w = x.shape
     _, ocg, kh, kw = weight.shape
     g, oc = groups, ocg * groups
+    top, left = dh * (kh - 1) - ph, dw * (kw - 1) - pw
+    if (sh, sw) == (1, 1) and not any(output_padding) and top >= 0 and left >= 0:
+        # NOTE: at stride 1 the transposed convolution is a convolution with the flipped kernel, its
+        # (in, out) channels swapped per group: one im2col product, no full-size col2im and crop
+        # (it is conv2d's input gradient: half the time of a small net's training step).
+        flipped = weight[:, :, ::-1, ::-1].reshape(g, c // g, ocg, kh, kw).transpose(0, 2, 1, 3, 4)
+        adjoint = xp.ascontiguousarray(flipped).reshape(oc, c // g, kh, kw)
+        out = _conv2d_nchw(xp, x, adjoint, bias, (1, 1), ((top, top), (left, left)), (dh, dw), groups)
+        return out.reshape(out_shape)
     oh, ow = out_shape[-2:]
     wmat = weight.reshape(g, c // g, ocg * kh * kw).transpose(0, 2, 1)
     cols = xp.matmul(wmat, x.reshape(n, g, c // g, h * w)).reshape(n, oc, kh, kw, h, w)
