@@ -25,17 +25,13 @@ ALLOWED = {
 }
 
 NOT_YET_RENAMED = frozenset({
-    "abs", "add", "addmm", "all", "amax", "amin", "any", "argmax", "argmin", "baddbmm", "bitwise_and",
-    "bitwise_not", "bitwise_or", "bitwise_xor", "bmm", "ceil", "chunk", "clamp", "contiguous", "cos", "cumsum",
-    "dim", "div", "empty_like", "erf", "exp", "expand", "expm1", "flatten", "flip", "floor", "floor_divide",
-    "full_like", "gather", "ge", "gelu", "gt", "index_add", "index_put", "index_select", "isnan", "le",
-    "leaky_relu", "lerp", "linear", "log", "log1p", "log_softmax", "logical_and", "logical_not", "logical_or",
-    "logical_xor", "logsumexp", "lt", "masked_fill", "matmul", "max", "maximum", "mean", "min", "minimum",
-    "mm", "mul", "narrow", "neg", "norm", "numel", "numpy_T", "one_hot", "ones_like", "permute", "pow", "prod",
-    "rand_like", "randn_like", "reciprocal", "relu", "remainder", "repeat", "reshape", "roll", "round",
-    "rsqrt", "scatter", "scatter_add", "sigmoid", "sign", "silu", "sin", "size", "softmax", "split", "sqrt",
-    "squeeze", "std", "sub", "sum", "swapaxes", "swapdims", "t", "tanh", "tile", "to", "transpose", "tril",
-    "triu", "unbind", "unflatten", "unsqueeze", "var", "view", "where", "zeros_like",
+    "addmm", "all", "amax", "amin", "any", "argmax", "argmin", "baddbmm", "bmm", "chunk", "contiguous", "cumsum",
+    "dim", "empty_like", "expand", "flatten", "flip", "full_like", "gather", "index_add", "index_put",
+    "index_select", "linear", "log_softmax", "logsumexp", "masked_fill", "matmul", "max", "mean", "min", "mm",
+    "narrow", "norm", "numel", "numpy_T", "one_hot", "ones_like", "permute", "prod", "rand_like", "randn_like",
+    "repeat", "reshape", "roll", "scatter", "scatter_add", "size", "softmax", "split", "squeeze", "std", "sum",
+    "swapaxes", "swapdims", "t", "tile", "to", "transpose", "tril", "triu", "unbind", "unflatten", "unsqueeze",
+    "var", "view", "zeros_like",
 })
 
 
