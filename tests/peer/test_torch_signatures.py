@@ -22,16 +22,22 @@ ALLOWED = {
                    "max_pool2d_with_indices); fxkit's one op takes it as F does"),
     "adaptive_max_pool2d": ("return_indices is F.adaptive_max_pool2d's argument (a Python dispatcher between "
                             "aten::adaptive_max_pool2d and its with-indices form); fxkit's one op takes it as F does"),
+    "max": ("torch.max is three ATen overloads (max(input), max.dim(input, dim, keepdim), max.other(input, "
+            "other)); fxkit's one op takes max.dim's parameters and max.other's 'other' by keyword"),
+    "min": ("torch.min is three ATen overloads (min(input), min.dim(input, dim, keepdim), min.other(input, "
+            "other)); fxkit's one op takes min.dim's parameters and min.other's 'other' by keyword"),
+    "var": ("torch.var is ATen's var.dim(input, dim, unbiased, keepdim) and var.correction(input, dim, *, "
+            "correction, keepdim) overloads; fxkit's one op takes var.dim's parameters and 'correction' by keyword"),
+    "std": ("torch.std is ATen's std.dim(input, dim, unbiased, keepdim) and std.correction(input, dim, *, "
+            "correction, keepdim) overloads; fxkit's one op takes std.dim's parameters and 'correction' by keyword"),
 }
 
 NOT_YET_RENAMED = frozenset({
-    "addmm", "all", "amax", "amin", "any", "argmax", "argmin", "baddbmm", "bmm", "chunk", "contiguous", "cumsum",
-    "dim", "empty_like", "expand", "flatten", "flip", "full_like", "gather", "index_add", "index_put",
-    "index_select", "linear", "log_softmax", "logsumexp", "masked_fill", "matmul", "max", "mean", "min", "mm",
-    "narrow", "norm", "numel", "numpy_T", "one_hot", "ones_like", "permute", "prod", "rand_like", "randn_like",
-    "repeat", "reshape", "roll", "scatter", "scatter_add", "size", "softmax", "split", "squeeze", "std", "sum",
-    "swapaxes", "swapdims", "t", "tile", "to", "transpose", "tril", "triu", "unbind", "unflatten", "unsqueeze",
-    "var", "view", "zeros_like",
+    "addmm", "baddbmm", "bmm", "chunk", "contiguous", "dim", "empty_like", "expand", "flatten", "flip",
+    "full_like", "gather", "index_add", "index_put", "index_select", "linear", "masked_fill", "matmul", "mm",
+    "narrow", "numel", "numpy_T", "one_hot", "ones_like", "permute", "rand_like", "randn_like", "repeat",
+    "reshape", "roll", "scatter", "scatter_add", "size", "split", "squeeze", "swapaxes", "swapdims", "t", "tile",
+    "to", "transpose", "tril", "triu", "unbind", "unflatten", "unsqueeze", "view", "zeros_like",
 })
 
 
