@@ -30,14 +30,14 @@ def _axes(dim, rank):
 # -- matmul --------------------------------------------------------------------------------
 @export_rule("matmul", "mm", "bmm")
 def _matmul(b, op, a, out):
-    return b.op("MatMul", *operands(b, op, out, a.a, a.b))
+    return b.op("MatMul", *operands(b, op, out, a.input, a.other if op.name == "matmul" else a.mat2))
 
 
 @export_rule("linear")
 def _linear(b, op, a, out):
-    x, w = a.x.name, a.weight.name
+    x, w = a.input.name, a.weight.name
     bias = a.bias.name if isinstance(a.bias, Value) else None
-    if len(a.x.meta.shape) == 2:
+    if len(a.input.meta.shape) == 2:
         return b.op("Gemm", x, w, bias, transB=1)
     # Gemm wants matrices: fold the leading dims in and out again, which keeps the weight
     # in its (out, in) layout (a re-imported model has the same parameters).
@@ -47,17 +47,17 @@ def _linear(b, op, a, out):
 
 @export_rule("addmm")
 def _addmm(b, op, a, out):
-    return b.op("Gemm", a.a.name, a.b.name, a.inp.name, alpha=float(a.alpha), beta=float(a.beta))
+    return b.op("Gemm", a.mat1.name, a.mat2.name, a.input.name, alpha=float(a.alpha), beta=float(a.beta))
 
 
 @export_rule("baddbmm")
 def _baddbmm(b, op, a, out):
-    product = b.op("MatMul", a.a.name, a.b.name)
+    product = b.op("MatMul", a.batch1.name, a.batch2.name)
     if a.alpha != 1:
         product = b.op("Mul", product, b.scalar(a.alpha, out.dtype))
     if a.beta == 0:
         return product
-    base = a.inp.name if a.beta == 1 else b.op("Mul", a.inp.name, b.scalar(a.beta, out.dtype))
+    base = a.input.name if a.beta == 1 else b.op("Mul", a.input.name, b.scalar(a.beta, out.dtype))
     return b.op("Add", base, product)
 
 
