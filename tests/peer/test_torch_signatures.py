@@ -33,11 +33,9 @@ ALLOWED = {
 }
 
 NOT_YET_RENAMED = frozenset({
-    "chunk", "contiguous", "dim", "empty_like", "expand", "flatten", "flip", "full_like", "gather", "index_add",
-    "index_put", "index_select", "masked_fill", "narrow", "numel", "numpy_T", "one_hot", "ones_like", "permute",
-    "rand_like", "randn_like", "repeat", "reshape", "roll", "scatter", "scatter_add", "size", "split", "squeeze",
-    "swapaxes", "swapdims", "t", "tile", "to", "transpose", "tril", "triu", "unbind", "unflatten", "unsqueeze",
-    "view", "zeros_like",
+    "empty_like", "expand", "flip", "full_like", "gather", "index_add", "index_put", "index_select", "masked_fill",
+    "one_hot", "ones_like", "permute", "rand_like", "randn_like", "repeat", "reshape", "scatter", "scatter_add",
+    "split", "tile", "to", "tril", "triu", "view", "zeros_like",
 })
 
 
