@@ -220,7 +220,7 @@ def _where(b, op, a, out):
 @export_rule("masked_fill")
 def _masked_fill(b, op, a, out):
     mask = b.operand(a.mask, _dt.bool_)
-    return b.op("Where", mask, b.operand(a.value, out.dtype), b.operand(a.a, out.dtype))
+    return b.op("Where", mask, b.operand(a.value, out.dtype), b.operand(a.input, out.dtype))
 
 
 @export_rule("lerp")

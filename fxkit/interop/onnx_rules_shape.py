@@ -233,24 +233,24 @@ def _arange(b, op, a, out):
 
 @export_rule("tril", "triu")
 def _trilu(b, op, a, out):
-    return b.op("Trilu", a.a.name, b.scalar(a.diagonal, _dt.int64), upper=int(op.name == "triu"))
+    return b.op("Trilu", a.input.name, b.scalar(a.diagonal, _dt.int64), upper=int(op.name == "triu"))
 
 
 @export_rule("gather")
 def _gather(b, op, a, out):
-    return b.op("GatherElements", a.a.name, a.index.name, axis=axis(a.dim, len(out.shape)))
+    return b.op("GatherElements", a.input.name, a.index.name, axis=axis(a.dim, len(out.shape)))
 
 
 @export_rule("index_select")
 def _index_select(b, op, a, out):
-    return b.op("Gather", a.a.name, a.index.name, axis=axis(a.dim, len(out.shape)))
+    return b.op("Gather", a.input.name, a.index.name, axis=axis(a.dim, len(out.shape)))
 
 
 @export_rule("one_hot")
 def _one_hot(b, op, a, out):
     depth = out.shape[-1]
     values = b.const([0, 1], out.dtype)
-    return b.op("OneHot", a.tensor.name, b.dim_scalar(depth, _dt.int64), values, axis=-1)
+    return b.op("OneHot", a.input.name, b.dim_scalar(depth, _dt.int64), values, axis=-1)
 
 
 @export_rule("swapaxes", "swapdims")

@@ -28,14 +28,15 @@ ALLOWED = {
             "other)); fxkit's one op takes min.dim's parameters and min.other's 'other' by keyword"),
     "var": ("torch.var is ATen's var.dim(input, dim, unbiased, keepdim) and var.correction(input, dim, *, "
             "correction, keepdim) overloads; fxkit's one op takes var.dim's parameters and 'correction' by keyword"),
+    "scatter": ("torch.scatter is ATen's scatter.src(input, dim, index, src), scatter.value(input, dim, index, "
+                "value) and their reduce= forms; fxkit's one op takes src or value, and reduce, by keyword"),
     "std": ("torch.std is ATen's std.dim(input, dim, unbiased, keepdim) and std.correction(input, dim, *, "
             "correction, keepdim) overloads; fxkit's one op takes std.dim's parameters and 'correction' by keyword"),
 }
 
 NOT_YET_RENAMED = frozenset({
-    "empty_like", "expand", "flip", "full_like", "gather", "index_add", "index_put", "index_select", "masked_fill",
-    "one_hot", "ones_like", "permute", "rand_like", "randn_like", "repeat", "reshape", "scatter", "scatter_add",
-    "split", "tile", "to", "tril", "triu", "view", "zeros_like",
+    "empty_like", "expand", "flip", "full_like", "ones_like", "permute", "rand_like", "randn_like", "repeat",
+    "reshape", "split", "tile", "to", "view", "zeros_like",
 })
 
 

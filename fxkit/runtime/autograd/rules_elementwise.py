@@ -243,7 +243,7 @@ def _clamp(ctx, g, input, min=None, max=None):  # noqa: A002
 
 
 @defgrad("masked_fill", saves=("mask",))
-def _masked_fill(ctx, g, a, mask, value):
+def _masked_fill(ctx, g, input, mask, value):  # noqa: A002
     return g.masked_fill(mask, 0.0), None, (_where(mask, g, 0.0).sum() if ctx.needs(value) else None)
 
 

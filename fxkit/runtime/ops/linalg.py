@@ -60,7 +60,7 @@ def _require_ndim(name, ndim, **shapes):
             raise ShapeError(f"{name}: {role} must be a {ndim}-D tensor, got shape {list(shape)}")
 
 
-def _scaled_shape(name, input_shape, out_shape, role="input"):  # noqa: A002
+def _scaled_shape(name, input_shape, out_shape, role="input"):
     """``beta * input`` (or a bias) must broadcast to the product's shape without growing it."""
     try:
         fits = broadcast_shapes(input_shape, out_shape, op_name=name) == tuple(out_shape)
