@@ -160,7 +160,8 @@ def _cat(b, op, a, out):
 @export_rule("repeat", "tile")
 def _repeat(b, op, a, out):
     x = a.input
-    sizes = a.dims if getattr(a, "dims", None) is not None else (a.sizes if op.name == "repeat" else a.args)
+    keyword = a.repeats if op.name == "repeat" else a.dims
+    sizes = keyword if keyword is not None else (a.sizes if op.name == "repeat" else a.args)
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
         sizes = sizes[0]
     rank = len(x.meta.shape)

@@ -29,7 +29,7 @@ for _name in ("view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
 
 
 @defgrad("expand")
-def _expand(ctx, g, input, *sizes):  # noqa: A002
+def _expand(ctx, g, input, *sizes, size=None):  # noqa: A002
     return g  # the engine sums the broadcast dims back to a's shape
 
 
@@ -67,7 +67,7 @@ def _narrow(ctx, g, input, dim, start, length):  # noqa: A002
 
 
 @defgrad("split")
-def _split(ctx, g, input, split_size_or_sections, dim=0):  # noqa: A002
+def _split(ctx, g, input, split_size, dim=0):  # noqa: A002
     return _cat(list(g), dim)
 
 
@@ -99,8 +99,8 @@ def _unrepeat(g, shape, sizes):
 
 
 @defgrad("repeat")
-def _repeat(ctx, g, input, *sizes):  # noqa: A002
-    return _unrepeat(g, input.shape, shape_arg(sizes, "repeat"))
+def _repeat(ctx, g, input, *sizes, repeats=None):  # noqa: A002
+    return _unrepeat(g, input.shape, shape_arg(positional_or_keyword(sizes, repeats, "repeat", "repeats"), "repeat"))
 
 
 @defgrad("tile")

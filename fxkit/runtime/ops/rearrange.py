@@ -127,14 +127,19 @@ def _repeat_shape(shape, sizes, name="repeat"):
     return tuple(n * r for n, r in zip(shape, sizes))
 
 
-def _repeat_rule(input, *sizes):  # noqa: A002
-    return TensorMeta(_repeat_shape(input.shape, shape_arg(sizes, "repeat")), input.dtype, input.device)
+def _repeat_sizes(sizes, repeats):
+    return shape_arg(positional_or_keyword(sizes, repeats, "repeat", "repeats"), "repeat")
+
+
+def _repeat_rule(input, *sizes, repeats=None):  # noqa: A002
+    return TensorMeta(_repeat_shape(input.shape, _repeat_sizes(sizes, repeats)), input.dtype, input.device)
 
 
 @op("repeat", kind="other", shape_rule=_repeat_rule)
-def repeat(xp, input, *sizes):  # noqa: A002
-    """The data copied ``sizes[i]`` times along each dimension (new leading dims allowed)."""
-    sizes = shape_arg(sizes, "repeat")
+def repeat(xp, input, *sizes, repeats=None):  # noqa: A002
+    """The data copied ``sizes[i]`` times along each dimension (new leading dims allowed);
+    ``x.repeat(2, 3)`` or ``x.repeat(repeats=(2, 3))``."""
+    sizes = _repeat_sizes(sizes, repeats)
     _repeat_shape(input.shape, sizes)
     return xp.tile(input, sizes)
 

@@ -108,14 +108,19 @@ def _meta(a, shape):
     return TensorMeta(tuple(shape), a.dtype, a.device)
 
 
-def _view_rule(input, *shape):  # noqa: A002
-    return _meta(input, infer_view_shape(input.shape, shape_arg(shape, "view")))
+def _view_shape(old_shape, shape, size):
+    return infer_view_shape(old_shape, shape_arg(positional_or_keyword(shape, size, "view", "size"), "view"))
+
+
+def _view_rule(input, *shape, size=None):  # noqa: A002
+    return _meta(input, _view_shape(input.shape, shape, size))
 
 
 @op("view", kind="view", shape_rule=_view_rule)
-def view(xp, input, *shape):  # noqa: A002
-    """The same data with another shape; ``-1`` infers one dimension. Never copies."""
-    shape = infer_view_shape(input.shape, shape_arg(shape, "view"))
+def view(xp, input, *shape, size=None):  # noqa: A002
+    """The same data with another shape (``x.view(2, 3)``, ``x.view(size=(2, 3))``); ``-1`` infers
+    one dimension. Never copies."""
+    shape = _view_shape(input.shape, shape, size)
     if not input.flags.c_contiguous and not can_view(input.shape, input.strides, shape):
         raise ShapeError(
             f"view: view size {list(shape)} is not compatible with the input tensor's size {list(input.shape)} "
@@ -306,14 +311,14 @@ def _expand_shape(shape, sizes):
     return tuple(out)
 
 
-def _expand_rule(input, *sizes):  # noqa: A002
-    return _meta(input, _expand_shape(tuple(input.shape), sizes))
+def _expand_rule(input, *sizes, size=None):  # noqa: A002
+    return _meta(input, _expand_shape(tuple(input.shape), positional_or_keyword(sizes, size, "expand", "size")))
 
 
 @op("expand", kind="view", shape_rule=_expand_rule)
-def expand(xp, input, *sizes):  # noqa: A002
+def expand(xp, input, *sizes, size=None):  # noqa: A002
     """A read-only broadcast view: size-1 dims repeated without copying, ``-1`` keeps a size."""
-    return xp.broadcast_to(input, _expand_shape(input.shape, sizes))
+    return xp.broadcast_to(input, _expand_shape(input.shape, positional_or_keyword(sizes, size, "expand", "size")))
 
 
 def _same_rule(input):  # noqa: A002
@@ -431,14 +436,14 @@ def _piece_metas(a, d, sizes):
     return tuple(_meta(a, a.shape[:d] + (s,) + a.shape[d + 1:]) for s in sizes)
 
 
-def _split_rule(input, split_size_or_sections, dim=0):  # noqa: A002
-    return _piece_metas(input, *split_sizes(tuple(input.shape), split_size_or_sections, dim))
+def _split_rule(input, split_size, dim=0):  # noqa: A002
+    return _piece_metas(input, *split_sizes(tuple(input.shape), split_size, dim))
 
 
 @op("split", kind="view", shape_rule=_split_rule)
-def split(xp, input, split_size_or_sections, dim=0):  # noqa: A002
+def split(xp, input, split_size, dim=0):  # noqa: A002
     """A tuple of views along ``dim``: pieces of an int size, or of the given sizes."""
-    return _pieces(input, *split_sizes(input.shape, split_size_or_sections, dim))
+    return _pieces(input, *split_sizes(input.shape, split_size, dim))
 
 
 def chunk_sizes(shape, chunks, dim):
