@@ -231,7 +231,7 @@ def _lerp(b, op, a, out):
 
 @export_rule("to", "float", "double", "half", "int", "long", "bool")
 def _cast(b, op, a, out):
-    value = a.a
+    value = a.input
     return value.name if value.meta.dtype is out.dtype else b.op("Cast", value.name, to=onnx_dtype(out.dtype))
 
 

@@ -219,7 +219,7 @@ def _full(b, op, a, out):
 
 @export_rule("full_like")
 def _full_like(b, op, a, out):
-    return _filled(b, out, a.args[0])
+    return _filled(b, out, a.fill_value)
 
 
 @export_rule("arange")

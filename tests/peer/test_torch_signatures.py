@@ -2,11 +2,9 @@
 
 The twin's names come from ``torch.nn.functional`` signatures and ATen schemas
 (`tests.peer.torch_signatures`). ``ALLOWED`` lists the deliberate differences with
-their reasons. ``NOT_YET_RENAMED`` lists ops still named in fxkit's first style
-(``a``, ``b``, ``inp``, ``x``): their implementations, shape rules, gradient rules and
-ONNX rules (``a.a``) read those names, so the rename is one change across the
-layers, tracked in issue 15. The test fails when an op differs without being listed
-and when a listed op agrees, so both lists only shrink.
+their reasons (mostly one fxkit op standing for several ATen overloads). The test
+fails when an op differs without being listed and when a listed op agrees, so the
+list only shrinks.
 """
 import pytest
 
@@ -30,13 +28,13 @@ ALLOWED = {
             "correction, keepdim) overloads; fxkit's one op takes var.dim's parameters and 'correction' by keyword"),
     "scatter": ("torch.scatter is ATen's scatter.src(input, dim, index, src), scatter.value(input, dim, index, "
                 "value) and their reduce= forms; fxkit's one op takes src or value, and reduce, by keyword"),
+    "to": ("Tensor.to is ATen's to.dtype(input, dtype, non_blocking, copy), to.device(input, device, dtype, ...) "
+           "and to.other(input, other, ...), told apart by the first argument's type; fxkit's one op takes that "
+           "argument in *args and dtype, device, copy, non_blocking by keyword"),
     "std": ("torch.std is ATen's std.dim(input, dim, unbiased, keepdim) and std.correction(input, dim, *, "
             "correction, keepdim) overloads; fxkit's one op takes std.dim's parameters and 'correction' by keyword"),
 }
 
-NOT_YET_RENAMED = frozenset({
-    "empty_like", "full_like", "ones_like", "rand_like", "randn_like", "to", "zeros_like",
-})
 
 
 def _our_spellings(op):
@@ -65,11 +63,11 @@ def _differences():
 
 def test_every_op_with_a_torch_twin_takes_torch_parameter_names():
     differences = _differences()
-    unlisted = {name: d for name, d in differences.items() if name not in ALLOWED and name not in NOT_YET_RENAMED}
+    unlisted = {name: d for name, d in differences.items() if name not in ALLOWED}
     assert not unlisted, "ops whose parameters differ from PyTorch's (ours, PyTorch's): " + "; ".join(
         f"{name}{ours} vs {theirs}" for name, (ours, theirs) in sorted(unlisted.items()))
-    agreeing = sorted((set(ALLOWED) | NOT_YET_RENAMED) - set(differences))
-    assert not agreeing, f"listed ops that now agree with PyTorch; take them off the lists: {agreeing}"
+    agreeing = sorted(set(ALLOWED) - set(differences))
+    assert not agreeing, f"listed ops that now agree with PyTorch; take them off ALLOWED: {agreeing}"
 
 
 def test_the_check_covers_the_ops_with_a_twin():

@@ -248,14 +248,14 @@ def _masked_fill(ctx, g, input, mask, value):  # noqa: A002
 
 
 @defgrad("to")
-def _to(ctx, g, a, *args, **kwargs):
-    return g.to(a.device, a.dtype)
+def _to(ctx, g, input, *args, **kwargs):  # noqa: A002
+    return g.to(input.device, input.dtype)
 
 
 def _cast_rule(name):
     @defgrad(name)
-    def rule(ctx, g, a):
-        return g.to(a.dtype)
+    def rule(ctx, g, input):  # noqa: A002
+        return g.to(input.dtype)
 
     return rule
 
