@@ -99,7 +99,7 @@ def operands(b, op, out, *values):
 
 @export_rule(*_BINARY)
 def _binary(b, op, a, out):
-    x, y = operands(b, op, out, a.a, a.b)
+    x, y = operands(b, op, out, a.input, a.exponent if op.name == "pow" else a.other)
     alpha = getattr(a, "alpha", 1)
     if alpha != 1:
         y = b.op("Mul", y, b.scalar(alpha, out.dtype))
@@ -111,18 +111,18 @@ def _binary(b, op, a, out):
 
 @export_rule(*_UNARY)
 def _unary(b, op, a, out):
-    x, = operands(b, op, out, a.a)
+    x, = operands(b, op, out, a.input)
     return b.op(_UNARY[op.name], x)
 
 
 @export_rule("ne")
 def _ne(b, op, a, out):
-    return b.op("Not", b.op("Equal", *operands(b, op, out, a.a, a.b)))
+    return b.op("Not", b.op("Equal", *operands(b, op, out, a.input, a.other)))
 
 
 @export_rule("floor", "ceil", "round")
 def _rounding(b, op, a, out):
-    x, = operands(b, op, out, a.a)
+    x, = operands(b, op, out, a.input)
     if not out.dtype.is_floating_point:
         return x  # integers are already whole
     decimals = getattr(a, "decimals", 0)
@@ -134,7 +134,7 @@ def _rounding(b, op, a, out):
 
 @export_rule("div")
 def _div(b, op, a, out):
-    x, y = operands(b, op, out, a.a, a.b)
+    x, y = operands(b, op, out, a.input, a.other)
     if a.rounding_mode is None or not out.dtype.is_floating_point:
         if a.rounding_mode == "floor":
             raise unsupported(op, "integer division with rounding_mode='floor'", "divide floats, then floor")
@@ -149,12 +149,12 @@ def _div(b, op, a, out):
 def _floor_divide(b, op, a, out):
     if not out.dtype.is_floating_point:
         raise unsupported(op, f"floor division of {out.dtype.name} tensors", "divide floats, then floor")
-    return b.op("Floor", b.op("Div", *operands(b, op, out, a.a, a.b)))
+    return b.op("Floor", b.op("Div", *operands(b, op, out, a.input, a.other)))
 
 
 @export_rule("remainder")
 def _remainder(b, op, a, out):
-    x, y = operands(b, op, out, a.a, a.b)
+    x, y = operands(b, op, out, a.input, a.other)
     if not out.dtype.is_floating_point:
         return b.op("Mod", x, y, fmod=0)  # Python's sign convention, as torch.remainder
     return b.op("Sub", x, b.op("Mul", b.op("Floor", b.op("Div", x, y)), y))
@@ -162,31 +162,31 @@ def _remainder(b, op, a, out):
 
 @export_rule("rsqrt")
 def _rsqrt(b, op, a, out):
-    return b.op("Reciprocal", b.op("Sqrt", *operands(b, op, out, a.a)))
+    return b.op("Reciprocal", b.op("Sqrt", *operands(b, op, out, a.input)))
 
 
 @export_rule("log1p", "expm1")
 def _log1p_expm1(b, op, a, out):
-    x, = operands(b, op, out, a.a)
+    x, = operands(b, op, out, a.input)
     one = b.scalar(1, out.dtype)
     return b.op("Log", b.op("Add", x, one)) if op.name == "log1p" else b.op("Sub", b.op("Exp", x), one)
 
 
 @export_rule("silu")
 def _silu(b, op, a, out):
-    x, = operands(b, op, out, a.a)
+    x, = operands(b, op, out, a.input)
     return b.op("Mul", x, b.op("Sigmoid", x))
 
 
 @export_rule("leaky_relu")
 def _leaky_relu(b, op, a, out):
-    x, = operands(b, op, out, a.a)
+    x, = operands(b, op, out, a.input)
     return b.op("LeakyRelu", x, alpha=float(a.negative_slope))
 
 
 @export_rule("gelu")
 def _gelu(b, op, a, out):
-    x, = operands(b, op, out, a.a)
+    x, = operands(b, op, out, a.input)
     if b.opset >= 20:
         return b.op("Gelu", x, approximate=a.approximate)
     half, one = b.scalar(0.5, out.dtype), b.scalar(1.0, out.dtype)
@@ -202,7 +202,7 @@ def _gelu(b, op, a, out):
 
 @export_rule("clamp")
 def _clamp(b, op, a, out):
-    x, = operands(b, op, out, a.a)
+    x, = operands(b, op, out, a.input)
     low, high = (None if v is None else b.operand(v, out.dtype) for v in (a.min, a.max))
     if not any(isinstance(v, Value) for v in (a.min, a.max)):
         return b.op("Clip", x, low, high)
@@ -214,24 +214,24 @@ def _clamp(b, op, a, out):
 @export_rule("where")
 def _where(b, op, a, out):
     cond = b.operand(a.condition, _dt.bool_)
-    return b.op("Where", cond, b.operand(a.a, out.dtype), b.operand(a.b, out.dtype))
+    return b.op("Where", cond, b.operand(a.input, out.dtype), b.operand(a.other, out.dtype))
 
 
 @export_rule("masked_fill")
 def _masked_fill(b, op, a, out):
     mask = b.operand(a.mask, _dt.bool_)
-    return b.op("Where", mask, b.operand(a.value, out.dtype), b.operand(a.a, out.dtype))
+    return b.op("Where", mask, b.operand(a.value, out.dtype), b.operand(a.input, out.dtype))
 
 
 @export_rule("lerp")
 def _lerp(b, op, a, out):
-    start, end, weight = operands(b, op, out, a.a, a.b, a.weight)
+    start, end, weight = operands(b, op, out, a.input, a.end, a.weight)
     return b.op("Add", start, b.op("Mul", weight, b.op("Sub", end, start)))
 
 
 @export_rule("to", "float", "double", "half", "int", "long", "bool")
 def _cast(b, op, a, out):
-    value = a.a
+    value = a.input
     return value.name if value.meta.dtype is out.dtype else b.op("Cast", value.name, to=onnx_dtype(out.dtype))
 
 

@@ -31,7 +31,7 @@ def _scatter_elements(b, op, a, out, src, value, reduction):
     if not out.shape:
         raise unsupported(op, "scattering into a 0-d tensor", "give the tensor a dimension with .reshape(1)")
     updates = _updates(b, a, a.index, out, src, value)
-    return b.op("ScatterElements", a.a.name, a.index.name, updates, axis=axis(a.dim, len(out.shape)),
+    return b.op("ScatterElements", a.input.name, a.index.name, updates, axis=axis(a.dim, len(out.shape)),
                 **_reduction(b, op, reduction))
 
 
@@ -74,4 +74,4 @@ def _index_put(b, op, a, out):
     stacked = columns[0] if len(columns) == 1 else b.op("Concat", *columns, axis=-1)
     target = list(joined) + list(shape[len(indices):])
     values = b.op("Expand", b.operand(a.values, out.dtype), b.ints(target))
-    return b.op("ScatterND", a.a.name, stacked, values, **_reduction(b, op, "add" if a.accumulate else "none"))
+    return b.op("ScatterND", a.input.name, stacked, values, **_reduction(b, op, "add" if a.accumulate else "none"))

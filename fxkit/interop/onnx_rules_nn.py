@@ -30,14 +30,14 @@ def _axes(dim, rank):
 # -- matmul --------------------------------------------------------------------------------
 @export_rule("matmul", "mm", "bmm")
 def _matmul(b, op, a, out):
-    return b.op("MatMul", *operands(b, op, out, a.a, a.b))
+    return b.op("MatMul", *operands(b, op, out, a.input, a.other if op.name == "matmul" else a.mat2))
 
 
 @export_rule("linear")
 def _linear(b, op, a, out):
-    x, w = a.x.name, a.weight.name
+    x, w = a.input.name, a.weight.name
     bias = a.bias.name if isinstance(a.bias, Value) else None
-    if len(a.x.meta.shape) == 2:
+    if len(a.input.meta.shape) == 2:
         return b.op("Gemm", x, w, bias, transB=1)
     # Gemm wants matrices: fold the leading dims in and out again, which keeps the weight
     # in its (out, in) layout (a re-imported model has the same parameters).
@@ -47,17 +47,17 @@ def _linear(b, op, a, out):
 
 @export_rule("addmm")
 def _addmm(b, op, a, out):
-    return b.op("Gemm", a.a.name, a.b.name, a.inp.name, alpha=float(a.alpha), beta=float(a.beta))
+    return b.op("Gemm", a.mat1.name, a.mat2.name, a.input.name, alpha=float(a.alpha), beta=float(a.beta))
 
 
 @export_rule("baddbmm")
 def _baddbmm(b, op, a, out):
-    product = b.op("MatMul", a.a.name, a.b.name)
+    product = b.op("MatMul", a.batch1.name, a.batch2.name)
     if a.alpha != 1:
         product = b.op("Mul", product, b.scalar(a.alpha, out.dtype))
     if a.beta == 0:
         return product
-    base = a.inp.name if a.beta == 1 else b.op("Mul", a.inp.name, b.scalar(a.beta, out.dtype))
+    base = a.input.name if a.beta == 1 else b.op("Mul", a.input.name, b.scalar(a.beta, out.dtype))
     return b.op("Add", base, product)
 
 
@@ -192,7 +192,7 @@ def _rms_norm(b, op, a, out):
 def _softmax(b, op, a, out):
     if a.dim is None:
         raise unsupported(op, "an implicit dim", f"call {op.name}(x, dim=...) with an explicit dim")
-    x = b.cast(a.a, out.dtype)
+    x = b.cast(a.input, out.dtype)
     return b.op("Softmax" if op.name == "softmax" else "LogSoftmax", x, axis=axis(a.dim, len(out.shape)))
 
 
@@ -202,20 +202,20 @@ _REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "prod": "ReduceProd", "amax
 
 @export_rule(*_REDUCE)
 def _reduce(b, op, a, out):
-    x = b.cast(a.a, out.dtype)
-    return b.reduce(_REDUCE[op.name], x, _axes(a.dim, len(a.a.meta.shape)), a.keepdim)
+    x = b.cast(a.input, out.dtype)
+    return b.reduce(_REDUCE[op.name], x, _axes(a.dim, len(a.input.meta.shape)), a.keepdim)
 
 
 @export_rule("max", "min")
 def _max_min(b, op, a, out):
     if a.other is not None:
-        return b.op("Max" if op.name == "max" else "Min", *operands(b, op, out, a.a, a.other))
+        return b.op("Max" if op.name == "max" else "Min", *operands(b, op, out, a.input, a.other))
     reduce_type = "ReduceMax" if op.name == "max" else "ReduceMin"
     if a.dim is None:
-        return b.reduce(reduce_type, a.a.name, None, False)
-    dim = axis(a.dim, len(a.a.meta.shape))
-    values = b.reduce(reduce_type, a.a.name, [dim], a.keepdim)
-    indices = b.op("ArgMax" if op.name == "max" else "ArgMin", a.a.name, axis=dim, keepdims=int(bool(a.keepdim)))
+        return b.reduce(reduce_type, a.input.name, None, False)
+    dim = axis(a.dim, len(a.input.meta.shape))
+    values = b.reduce(reduce_type, a.input.name, [dim], a.keepdim)
+    indices = b.op("ArgMax" if op.name == "max" else "ArgMin", a.input.name, axis=dim, keepdims=int(bool(a.keepdim)))
     return values, indices
 
 
@@ -223,22 +223,22 @@ def _max_min(b, op, a, out):
 def _argmax(b, op, a, out):
     op_type = "ArgMax" if op.name == "argmax" else "ArgMin"
     if a.dim is not None:
-        return b.op(op_type, a.a.name, axis=axis(a.dim, len(a.a.meta.shape)), keepdims=int(bool(a.keepdim)))
-    flat = b.op(op_type, b.op("Reshape", a.a.name, b.ints([-1])), axis=0, keepdims=0)
+        return b.op(op_type, a.input.name, axis=axis(a.dim, len(a.input.meta.shape)), keepdims=int(bool(a.keepdim)))
+    flat = b.op(op_type, b.op("Reshape", a.input.name, b.ints([-1])), axis=0, keepdims=0)
     return b.op("Reshape", flat, b.ints(out.shape)) if out.shape else flat
 
 
 @export_rule("all", "any")
 def _all_any(b, op, a, out):
-    ints = b.op("Cast", a.a.name, to=6)  # INT32: ReduceMin/Max take no bool before opset 20
-    axes = _axes(a.dim, len(a.a.meta.shape))
+    ints = b.op("Cast", a.input.name, to=6)  # INT32: ReduceMin/Max take no bool before opset 20
+    axes = _axes(a.dim, len(a.input.meta.shape))
     reduced = b.reduce("ReduceMin" if op.name == "all" else "ReduceMax", ints, axes, a.keepdim)
     return b.op("Cast", reduced, to=9)  # BOOL
 
 
 @export_rule("cumsum")
 def _cumsum(b, op, a, out):
-    return b.op("CumSum", b.cast(a.a, out.dtype), b.scalar(axis(a.dim, len(out.shape)), _dt.int64))
+    return b.op("CumSum", b.cast(a.input, out.dtype), b.scalar(axis(a.dim, len(out.shape)), _dt.int64))
 
 
 def _top_k(b, op, x, k, dim, largest):
@@ -262,21 +262,21 @@ def _sort(b, op, a, out):
 
 @export_rule("var", "std")
 def _var_std(b, op, a, out):
-    rank = len(a.a.meta.shape)
+    rank = len(a.input.meta.shape)
     axes = _axes(a.dim, rank)
     correction = a.correction if a.correction is not None else (0 if a.unbiased is False else 1)
-    x = b.cast(a.a, out.dtype)
+    x = b.cast(a.input, out.dtype)
     centered = b.op("Sub", x, b.reduce("ReduceMean", x, axes, True))
     total = b.reduce("ReduceSum", b.op("Mul", centered, centered), axes, a.keepdim)
-    count = math.prod(a.a.meta.shape[i] for i in axes) - correction
+    count = math.prod(a.input.meta.shape[i] for i in axes) - correction
     var = b.op("Div", total, b.dim_scalar(count, out.dtype))
     return b.op("Sqrt", var) if op.name == "std" else var
 
 
 @export_rule("norm")
 def _norm(b, op, a, out):
-    axes = _axes(a.dim, len(a.a.meta.shape))
-    x = b.cast(a.a, out.dtype)
+    axes = _axes(a.dim, len(a.input.meta.shape))
+    x = b.cast(a.input, out.dtype)
     if a.p in ("fro", 2, 2.0):
         return b.reduce("ReduceL2", x, axes, a.keepdim)
     if a.p in (1, 1.0):

@@ -84,7 +84,7 @@ def _quantized_kernel(b, op, a, out):
                 "bias": None if bias is None else Value(bias, TensorMeta(a.bias.meta.shape, _dt.float32, out.device))}
     if op.name == "quantized_linear":
         float_op = get_op("linear")
-        arguments = Args({"x": operands["input"], "weight": operands["weight"], "bias": operands["bias"]})
+        arguments = Args({"input": operands["input"], "weight": operands["weight"], "bias": operands["bias"]})
     else:
         float_op = get_op("conv2d")
         arguments = Args({**operands, "stride": a.stride, "padding": a.padding, "dilation": a.dilation,

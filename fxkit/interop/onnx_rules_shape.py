@@ -16,12 +16,12 @@ _INT64_MIN = np.iinfo(np.int64).min
 
 @export_rule("view", "reshape", "unflatten")
 def _reshape(b, op, a, out):
-    return b.reshape(a.a.name, out.shape)
+    return b.reshape(a.input.name, out.shape)
 
 
 @export_rule("flatten")
 def _flatten(b, op, a, out):
-    x = a.a
+    x = a.input
     rank = len(x.meta.shape)
     if rank >= 2 and axis(a.start_dim, rank) == 1 and axis(a.end_dim, rank) == rank - 1:
         return b.op("Flatten", x.name, axis=1)
@@ -30,19 +30,19 @@ def _flatten(b, op, a, out):
 
 @export_rule("squeeze")
 def _squeeze(b, op, a, out):
-    shape = a.a.meta.shape
+    shape = a.input.meta.shape
     if a.dim is None:
         dims = range(len(shape))
     else:
         dims = a.dim if isinstance(a.dim, (tuple, list)) else (a.dim,)
     axes = [axis(d, len(shape)) for d in dims if len(shape)]
     axes = [d for d in axes if type(shape[d]) is int and shape[d] == 1]
-    return b.op("Squeeze", a.a.name, b.ints(axes)) if axes else a.a.name
+    return b.op("Squeeze", a.input.name, b.ints(axes)) if axes else a.input.name
 
 
 @export_rule("unsqueeze")
 def _unsqueeze(b, op, a, out):
-    return b.op("Unsqueeze", a.a.name, b.ints([axis(a.dim, len(out.shape))]))
+    return b.op("Unsqueeze", a.input.name, b.ints([axis(a.dim, len(out.shape))]))
 
 
 @export_rule("permute")
@@ -51,37 +51,37 @@ def _permute(b, op, a, out):
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = dims[0]
     rank = len(out.shape)
-    return b.op("Transpose", a.a.name, perm=[axis(d, rank) for d in dims])
+    return b.op("Transpose", a.input.name, perm=[axis(d, rank) for d in dims])
 
 
 @export_rule("transpose", "t")
 def _transpose(b, op, a, out):
     rank = len(out.shape)
     if rank < 2:
-        return a.a.name
+        return a.input.name
     d0, d1 = (axis(a.dim0, rank), axis(a.dim1, rank)) if op.name == "transpose" else (0, 1)
     perm = list(range(rank))
     perm[d0], perm[d1] = perm[d1], perm[d0]
-    return b.op("Transpose", a.a.name, perm=perm)
+    return b.op("Transpose", a.input.name, perm=perm)
 
 
 @export_rule("numpy_T")
 def _numpy_t(b, op, a, out):
-    return b.op("Transpose", a.a.name, perm=list(range(len(out.shape)))[::-1])
+    return b.op("Transpose", a.input.name, perm=list(range(len(out.shape)))[::-1])
 
 
 @export_rule("contiguous")
 def _contiguous(b, op, a, out):
-    return a.a.name
+    return a.input.name
 
 
 @export_rule("expand")
 def _expand(b, op, a, out):
-    shape = a.a.meta.shape
+    shape = a.input.meta.shape
     offset = len(out.shape) - len(shape)
     # A dim the input already has expands as 1 (Expand broadcasts), which keeps symbolic dims out.
     dims = [1 if i >= offset and _same(shape[i - offset], d) else d for i, d in enumerate(out.shape)]
-    return b.op("Expand", a.a.name, b.ints(dims))
+    return b.op("Expand", a.input.name, b.ints(dims))
 
 
 def _same(x, y):
@@ -135,16 +135,16 @@ def _slice(b, op, x, pos, item):
 @export_rule("narrow")
 def _narrow(b, op, a, out):
     dim = axis(a.dim, len(out.shape))
-    return _slice(b, op, a.a.name, dim, slice(a.start, a.start + a.length))
+    return _slice(b, op, a.input.name, dim, slice(a.start, a.start + a.length))
 
 
 @export_rule("chunk", "split")
 def _split(b, op, a, out):
     if len(out) == 1:
-        return (a.a.name,)
+        return (a.input.name,)
     dim = axis(a.dim, len(out[0].shape))
     sizes = [m.shape[dim] for m in out]
-    return tuple(b.op("Split", a.a.name, b.ints(sizes), axis=dim, outputs=len(out)))
+    return tuple(b.op("Split", a.input.name, b.ints(sizes), axis=dim, outputs=len(out)))
 
 
 @export_rule("cat", "stack")
@@ -159,8 +159,9 @@ def _cat(b, op, a, out):
 
 @export_rule("repeat", "tile")
 def _repeat(b, op, a, out):
-    x = a.a
-    sizes = a.dims if getattr(a, "dims", None) is not None else (a.sizes if op.name == "repeat" else a.args)
+    x = a.input
+    keyword = a.repeats if op.name == "repeat" else a.dims
+    sizes = keyword if keyword is not None else (a.sizes if op.name == "repeat" else a.args)
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
         sizes = sizes[0]
     rank = len(x.meta.shape)
@@ -178,7 +179,7 @@ def _flip(b, op, a, out):
         dims = dims[0]
     axes = [axis(d, len(out.shape)) for d in dims]
     n = len(axes)
-    return b.op("Slice", a.a.name, b.ints([-1] * n), b.ints([_INT64_MIN] * n), b.ints(axes), b.ints([-1] * n))
+    return b.op("Slice", a.input.name, b.ints([-1] * n), b.ints([_INT64_MIN] * n), b.ints(axes), b.ints([-1] * n))
 
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -218,7 +219,7 @@ def _full(b, op, a, out):
 
 @export_rule("full_like")
 def _full_like(b, op, a, out):
-    return _filled(b, out, a.args[0])
+    return _filled(b, out, a.fill_value)
 
 
 @export_rule("arange")
@@ -233,24 +234,24 @@ def _arange(b, op, a, out):
 
 @export_rule("tril", "triu")
 def _trilu(b, op, a, out):
-    return b.op("Trilu", a.a.name, b.scalar(a.diagonal, _dt.int64), upper=int(op.name == "triu"))
+    return b.op("Trilu", a.input.name, b.scalar(a.diagonal, _dt.int64), upper=int(op.name == "triu"))
 
 
 @export_rule("gather")
 def _gather(b, op, a, out):
-    return b.op("GatherElements", a.a.name, a.index.name, axis=axis(a.dim, len(out.shape)))
+    return b.op("GatherElements", a.input.name, a.index.name, axis=axis(a.dim, len(out.shape)))
 
 
 @export_rule("index_select")
 def _index_select(b, op, a, out):
-    return b.op("Gather", a.a.name, a.index.name, axis=axis(a.dim, len(out.shape)))
+    return b.op("Gather", a.input.name, a.index.name, axis=axis(a.dim, len(out.shape)))
 
 
 @export_rule("one_hot")
 def _one_hot(b, op, a, out):
     depth = out.shape[-1]
     values = b.const([0, 1], out.dtype)
-    return b.op("OneHot", a.tensor.name, b.dim_scalar(depth, _dt.int64), values, axis=-1)
+    return b.op("OneHot", a.input.name, b.dim_scalar(depth, _dt.int64), values, axis=-1)
 
 
 @export_rule("swapaxes", "swapdims")
@@ -261,7 +262,7 @@ def _swapaxes(b, op, a, out):
     if rank:
         d0, d1 = axis(first, rank), axis(second, rank)
         perm[d0], perm[d1] = perm[d1], perm[d0]
-    return b.op("Transpose", a.a.name, perm=perm) if perm != sorted(perm) else a.a.name
+    return b.op("Transpose", a.input.name, perm=perm) if perm != sorted(perm) else a.input.name
 
 
 @export_rule("unbind")
@@ -269,8 +270,8 @@ def _unbind(b, op, a, out):
     rank = len(out[0].shape) + 1
     dim = axis(a.dim, rank)
     if len(out) == 1:
-        return (b.op("Squeeze", a.a.name, b.ints([dim])),)
-    pieces = b.op("Split", a.a.name, b.ints([1] * len(out)), axis=dim, outputs=len(out))
+        return (b.op("Squeeze", a.input.name, b.ints([dim])),)
+    pieces = b.op("Split", a.input.name, b.ints([1] * len(out)), axis=dim, outputs=len(out))
     return tuple(b.op("Squeeze", p, b.ints([dim])) for p in pieces)
 
 
@@ -290,7 +291,7 @@ def _roll_dim(b, x, shift, dim, size):
 
 @export_rule("roll")
 def _roll(b, op, a, out):
-    x, shape = a.a.name, tuple(a.a.meta.shape)
+    x, shape = a.input.name, tuple(a.input.meta.shape)
     if a.dims is None:
         flat = b.op("Reshape", x, b.ints([-1]))
         total = 1

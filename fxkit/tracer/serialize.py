@@ -46,12 +46,13 @@ from fxkit.runtime.alloc_limit import allocation_limit
 from fxkit.runtime.op import Op
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
+from fxkit.tracer.renamed_params import current_kwargs
 from fxkit.tracer.saved_files import read_saved, read_weights
 from fxkit.tracer.wrap import IMPURE_FLAG
 
 FORMAT = "fxkit.graph_module"
-VERSION = 2
-_READABLE = (1, 2)  # version 1 had no table of call targets
+VERSION = 3
+_READABLE = (1, 2, 3)  # version 1 had no table of call targets; 2 had ops' old parameter names
 _MODULE_SLACK = 1 << 20  # what building a module may allocate beyond its weights (small index tables)
 _SAFE_BUILTINS = {"builtins.getattr": getattr, "builtins.len": len}
 
@@ -162,7 +163,7 @@ def _rebuild(doc, specs, weights, custom_objects, budget):
         if info["device"] != "cpu":
             tensor = tensor.to(info["device"])
         root[target] = Parameter(tensor) if info["parameter"] else tensor
-    decoder = _Decoder(weights, custom_objects, doc.get("targets", []))
+    decoder = _Decoder(weights, custom_objects, doc.get("targets", []), doc["version"])
     gm = GraphModule(root, decoder.graph(doc["nodes"]), doc["class_name"])
     gm.graph.lint()
     gm.train(doc["training"])
@@ -368,8 +369,9 @@ class _Encoder:
 class _Decoder:
     """Graphs back from JSON entries; call targets from the targets table, each built once."""
 
-    def __init__(self, weights, custom_objects, targets):
+    def __init__(self, weights, custom_objects, targets, version=VERSION):
         self.weights = weights
+        self.old_names = version < 3  # keyword arguments may use ops' names from before issue 15
         self.custom_objects = custom_objects
         self.targets = targets
         self._built = {}  # row -> the rebuilt call target (None while it is being built)
@@ -409,7 +411,10 @@ class _Decoder:
         if op == "output":
             node = graph.output(args[0])
         else:
-            node = graph.create_node(op, self.target(entry["target"]), args, kwargs, name=name)
+            target = self.target(entry["target"])
+            if self.old_names and isinstance(target, Op):
+                kwargs = current_kwargs(target.name, kwargs)
+            node = graph.create_node(op, target, args, kwargs, name=name)
         if node.name != name:
             raise GraphError(f"load: node {name!r} came back as {node.name!r}; the file is corrupt")
         if node.target is getattr and not (len(args) == 2 and type(args[1]) is str and not args[1].startswith("_")):

@@ -2,11 +2,9 @@
 
 The twin's names come from ``torch.nn.functional`` signatures and ATen schemas
 (`tests.peer.torch_signatures`). ``ALLOWED`` lists the deliberate differences with
-their reasons. ``NOT_YET_RENAMED`` lists ops still named in fxkit's first style
-(``a``, ``b``, ``inp``, ``x``): their implementations, shape rules, gradient rules and
-ONNX rules (``a.a``) read those names, so the rename is one change across the
-layers, tracked in issue 15. The test fails when an op differs without being listed
-and when a listed op agrees, so both lists only shrink.
+their reasons (mostly one fxkit op standing for several ATen overloads). The test
+fails when an op differs without being listed and when a listed op agrees, so the
+list only shrinks.
 """
 import pytest
 
@@ -22,42 +20,91 @@ ALLOWED = {
                    "max_pool2d_with_indices); fxkit's one op takes it as F does"),
     "adaptive_max_pool2d": ("return_indices is F.adaptive_max_pool2d's argument (a Python dispatcher between "
                             "aten::adaptive_max_pool2d and its with-indices form); fxkit's one op takes it as F does"),
+    "max": ("torch.max is three ATen overloads (max(input), max.dim(input, dim, keepdim), max.other(input, "
+            "other)); fxkit's one op takes max.dim's parameters and max.other's 'other' by keyword"),
+    "min": ("torch.min is three ATen overloads (min(input), min.dim(input, dim, keepdim), min.other(input, "
+            "other)); fxkit's one op takes min.dim's parameters and min.other's 'other' by keyword"),
+    "var": ("torch.var is ATen's var.dim(input, dim, unbiased, keepdim) and var.correction(input, dim, *, "
+            "correction, keepdim) overloads; fxkit's one op takes var.dim's parameters and 'correction' by keyword"),
+    "scatter": ("torch.scatter is ATen's scatter.src(input, dim, index, src), scatter.value(input, dim, index, "
+                "value) and their reduce= forms; fxkit's one op takes src or value, and reduce, by keyword"),
+    "to": ("Tensor.to is ATen's to.dtype(input, dtype, non_blocking, copy), to.device(input, device, dtype, ...) "
+           "and to.other(input, other, ...), told apart by the first argument's type; fxkit's one op takes that "
+           "argument in *args and dtype, device, copy, non_blocking by keyword"),
+    "std": ("torch.std is ATen's std.dim(input, dim, unbiased, keepdim) and std.correction(input, dim, *, "
+            "correction, keepdim) overloads; fxkit's one op takes std.dim's parameters and 'correction' by keyword"),
 }
 
-NOT_YET_RENAMED = frozenset({
-    "abs", "add", "addmm", "all", "amax", "amin", "any", "argmax", "argmin", "baddbmm", "bitwise_and",
-    "bitwise_not", "bitwise_or", "bitwise_xor", "bmm", "ceil", "chunk", "clamp", "contiguous", "cos", "cumsum",
-    "dim", "div", "empty_like", "erf", "exp", "expand", "expm1", "flatten", "flip", "floor", "floor_divide",
-    "full_like", "gather", "ge", "gelu", "gt", "index_add", "index_put", "index_select", "isnan", "le",
-    "leaky_relu", "lerp", "linear", "log", "log1p", "log_softmax", "logical_and", "logical_not", "logical_or",
-    "logical_xor", "logsumexp", "lt", "masked_fill", "matmul", "max", "maximum", "mean", "min", "minimum",
-    "mm", "mul", "narrow", "neg", "norm", "numel", "numpy_T", "one_hot", "ones_like", "permute", "pow", "prod",
-    "rand_like", "randn_like", "reciprocal", "relu", "remainder", "repeat", "reshape", "roll", "round",
-    "rsqrt", "scatter", "scatter_add", "sigmoid", "sign", "silu", "sin", "size", "softmax", "split", "sqrt",
-    "squeeze", "std", "sub", "sum", "swapaxes", "swapdims", "t", "tanh", "tile", "to", "transpose", "tril",
-    "triu", "unbind", "unflatten", "unsqueeze", "var", "view", "where", "zeros_like",
-})
+
+
+def _our_spellings(op):
+    """The op's parameter names, and (when it has one) the same without a ``*sizes`` that keyword-only
+    parameters follow: that is the varargs spelling of the first of them (``x.permute(0, 2, 1)`` is
+    ``x.permute(dims=(0, 2, 1))``, as PyTorch's bindings take both)."""
+    params = list(op.signature.parameters.values())
+    names = [p.name for p in params]
+    spellings = [names]
+    for i, p in enumerate(params[:-1]):
+        if p.kind is p.VAR_POSITIONAL and params[i + 1].kind is p.KEYWORD_ONLY:
+            spellings.append(names[:i] + names[i + 1:])
+    return spellings
 
 
 def _differences():
     found = {}
     for op in all_ops():
-        ours = list(op.signature.parameters)
+        spellings = _our_spellings(op)
+        ours = spellings[-1]
         lists = torch_parameter_lists(torch, op.name)
-        if lists and not any(agrees(ours, positional, names) for positional, names in lists):
+        if lists and not any(agrees(s, positional, names) for s in spellings for positional, names in lists):
             found[op.name] = (ours, lists[0][1])
     return found
 
 
 def test_every_op_with_a_torch_twin_takes_torch_parameter_names():
     differences = _differences()
-    unlisted = {name: d for name, d in differences.items() if name not in ALLOWED and name not in NOT_YET_RENAMED}
+    unlisted = {name: d for name, d in differences.items() if name not in ALLOWED}
     assert not unlisted, "ops whose parameters differ from PyTorch's (ours, PyTorch's): " + "; ".join(
         f"{name}{ours} vs {theirs}" for name, (ours, theirs) in sorted(unlisted.items()))
-    agreeing = sorted((set(ALLOWED) | NOT_YET_RENAMED) - set(differences))
-    assert not agreeing, f"listed ops that now agree with PyTorch; take them off the lists: {agreeing}"
+    agreeing = sorted(set(ALLOWED) - set(differences))
+    assert not agreeing, f"listed ops that now agree with PyTorch; take them off ALLOWED: {agreeing}"
 
 
 def test_the_check_covers_the_ops_with_a_twin():
     twins = [op.name for op in all_ops() if torch_parameter_lists(torch, op.name)]
     assert len(twins) >= 140 and {"conv2d", "layer_norm", "add", "relu", "sum"} <= set(twins)
+
+
+def test_calls_by_pytorch_keywords_give_pytorch_results():
+    """The renamed parameters work by keyword, with PyTorch's results."""
+    import numpy as np
+
+    import fxkit
+    from fxkit.runtime.registry import get_op
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    m, n = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    index = np.array([[0, 2], [1, 0]])
+    x, y, w, c = (fxkit.from_numpy(v) for v in (a, b, m, n))
+    tx, ty, tw, tc = (torch.from_numpy(v) for v in (a, b, m, n))
+    cases = [
+        (get_op("add")(input=x, other=y, alpha=2), torch.add(input=tx, other=ty, alpha=2)),
+        (get_op("relu")(input=x), torch.nn.functional.relu(input=tx)),
+        (x.sum(dim=1, keepdim=True), tx.sum(dim=1, keepdim=True)),
+        (get_op("pow")(input=x, exponent=2), torch.pow(input=tx, exponent=2)),
+        (get_op("lerp")(input=x, end=y, weight=0.3), torch.lerp(input=tx, end=ty, weight=0.3)),
+        (get_op("where")(condition=x > 0, input=x, other=y), torch.where(condition=tx > 0, input=tx, other=ty)),
+        (get_op("addmm")(input=c, mat1=x, mat2=w, beta=0.5, alpha=2),
+         torch.addmm(input=tc, mat1=tx, mat2=tw, beta=0.5, alpha=2)),
+        (get_op("softmax")(input=x, dim=1), torch.softmax(input=tx, dim=1)),
+        (get_op("gather")(input=x, dim=1, index=fxkit.from_numpy(index)),
+         torch.gather(input=tx, dim=1, index=torch.from_numpy(index))),
+        (x.view(size=(3, 2)), tx.view(size=(3, 2))),
+        (x[:1].expand(size=(4, 3)), tx[:1].expand(size=(4, 3))),
+        (x.repeat(repeats=(2, 1)), tx.repeat(repeats=(2, 1))),
+        (x.split(split_size=2, dim=1)[1], tx.split(split_size=2, dim=1)[1]),
+        (x.transpose(dim0=0, dim1=1), tx.transpose(dim0=0, dim1=1)),
+    ]
+    for ours, theirs in cases:
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)

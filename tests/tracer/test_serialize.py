@@ -320,3 +320,34 @@ def test_missing_or_damaged_files_are_named(tmp_path):
     with pytest.raises(fxkit.GraphError, match=r"graph.json: node 'relu' is damaged \(KeyError: 'op'\); save the "
                                                r"module again"):
         fxkit.load(tmp_path / "m")
+
+
+class _Keywords(nn.Module):
+    def forward(self, x, y):
+        return fxkit.ops.add(input=fxkit.ops.addmm(input=y, mat1=x, mat2=x.t(), beta=0.5), other=y, alpha=2)
+
+
+def test_files_of_version_2_with_old_parameter_names_still_load(rng, tmp_path):
+    """Version 2 files stored keywords by the ops' names before issue 15 (``add(a=, b=)``)."""
+    gm = fxkit.symbolic_trace(_Keywords())
+    fxkit.save(gm, tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "graph.json").read_text())
+    assert doc["version"] == 3
+    old = {"addmm": {"input": "inp", "mat1": "a", "mat2": "b"}, "add": {"input": "a", "other": "b"}}
+    renamed = 0
+    for node in doc["nodes"]:
+        names = old.get(node["target"].get("$op") if isinstance(node["target"], dict) else None, {})
+        pairs = node["kwargs"]["$dict"]
+        if any(k in names for k, _ in pairs):
+            node["kwargs"]["$dict"] = [[names.get(k, k), v] for k, v in pairs]
+            renamed += 1
+    assert renamed == 2, doc["nodes"]
+    doc["version"] = 2
+    _write(tmp_path, doc)
+    loaded = fxkit.load(tmp_path / "m")
+    x, y = randn(rng, 3, 4), randn(rng, 3, 3)
+    assert_same(loaded(x, y), gm(x, y))
+    with pytest.raises(TypeError):  # a version 3 file with the old names is not migrated
+        doc["version"] = 3
+        _write(tmp_path, doc)
+        fxkit.load(tmp_path / "m")(x, y)

@@ -35,14 +35,14 @@ def _same_dtype(name, a, src, what):
                          f"{dtype_of(src).name}; cast {what} with .to({dtype_of(a).name})")
 
 
-def _scatter_add_rule(a, dim, index, src):
-    along_layout("scatter_add", tuple(a.shape), dim, index, tuple(src.shape))
-    _same_dtype("scatter_add", a, src, "src")
-    return TensorMeta(tuple(a.shape), a.dtype, a.device)
+def _scatter_add_rule(input, dim, index, src):  # noqa: A002
+    along_layout("scatter_add", tuple(input.shape), dim, index, tuple(src.shape))
+    _same_dtype("scatter_add", input, src, "src")
+    return TensorMeta(tuple(input.shape), input.dtype, input.device)
 
 
 @op("scatter_add", kind="other", shape_rule=_scatter_add_rule)
-def scatter_add(xp, a, dim, index, src):
+def scatter_add(xp, input, dim, index, src):  # noqa: A002
     """A copy of ``a`` with ``out[i][index[i][j]] += src[i][j]`` for ``dim=1``; repeated
     indices add up. Only the leading ``index.shape`` block of ``src`` is read.
 
@@ -50,13 +50,13 @@ def scatter_add(xp, a, dim, index, src):
         >>> fxkit.zeros(3).scatter_add(0, fxkit.tensor([0, 0, 2]), fxkit.ones(3))
         tensor([2., 0., 1.])
     """
-    d = along_layout("scatter_add", a.shape, dim, index, src.shape)
-    _same_dtype("scatter_add", a, src, "src")
-    shape = a.shape
-    if a.ndim == 0 or index.ndim == 0:
-        a, index, src = a.reshape(-1), index.reshape(-1), src.reshape(-1)
-    _check_bounds("scatter_add", index, d, a.shape[d])
-    out = a.copy()
+    d = along_layout("scatter_add", input.shape, dim, index, src.shape)
+    _same_dtype("scatter_add", input, src, "src")
+    shape = input.shape
+    if input.ndim == 0 or index.ndim == 0:
+        input, index, src = input.reshape(-1), index.reshape(-1), src.reshape(-1)
+    _check_bounds("scatter_add", index, d, input.shape[d])
+    out = input.copy()
     add_at(xp, out, _along(xp, index, d), src[tuple(slice(0, s) for s in index.shape)])
     return out.reshape(shape)
 
@@ -76,13 +76,13 @@ def _index_add_layout(a, dim, index, source):
     return d
 
 
-def _index_add_rule(a, dim, index, source, alpha=1):
-    _index_add_layout(a, dim, index, source)
-    return TensorMeta(tuple(a.shape), a.dtype, a.device)
+def _index_add_rule(input, dim, index, source, alpha=1):  # noqa: A002
+    _index_add_layout(input, dim, index, source)
+    return TensorMeta(tuple(input.shape), input.dtype, input.device)
 
 
 @op("index_add", kind="other", shape_rule=_index_add_rule)
-def index_add(xp, a, dim, index, source, alpha=1):
+def index_add(xp, input, dim, index, source, alpha=1):  # noqa: A002
     """A copy of ``a`` with ``alpha * source`` added at positions ``index`` (a vector) along
     ``dim``; repeated indices add up.
 
@@ -90,13 +90,13 @@ def index_add(xp, a, dim, index, source, alpha=1):
         >>> fxkit.zeros(3, 2).index_add(0, fxkit.tensor([2, 2]), fxkit.ones(2, 2))
         tensor([[0., 0.], [0., 0.], [2., 2.]])
     """
-    d = _index_add_layout(a, dim, index, source)
-    shape = a.shape
-    if a.ndim == 0:
-        a, source = a.reshape(1), source.reshape(1)
+    d = _index_add_layout(input, dim, index, source)
+    shape = input.shape
+    if input.ndim == 0:
+        input, source = input.reshape(1), source.reshape(1)
     index = index.reshape(-1)
-    _check_bounds("index_add", index, d, a.shape[d])
-    out = a.copy()
+    _check_bounds("index_add", index, d, input.shape[d])
+    out = input.copy()
     add_at(xp, out, (slice(None),) * d + (index,), source if alpha == 1 else source * alpha)
     return out.reshape(shape)
 

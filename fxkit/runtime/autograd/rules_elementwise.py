@@ -23,55 +23,55 @@ def _is_tensor(x):
 
 
 @defgrad("add")
-def _add(ctx, g, a, b, alpha=1):
+def _add(ctx, g, input, other, alpha=1):  # noqa: A002
     return g, (g if alpha == 1 else g * alpha)
 
 
 @defgrad("sub")
-def _sub(ctx, g, a, b, alpha=1):
+def _sub(ctx, g, input, other, alpha=1):  # noqa: A002
     return g, (-g if alpha == 1 else g * -alpha)
 
 
-@defgrad("mul", saves=("a", "b"))
-def _mul(ctx, g, a, b):
-    return (g * b if ctx.needs(a) else None), (g * a if ctx.needs(b) else None)
+@defgrad("mul", saves=("input", "other"))
+def _mul(ctx, g, input, other):  # noqa: A002
+    return (g * other if ctx.needs(input) else None), (g * input if ctx.needs(other) else None)
 
 
-@defgrad("div", saves=("a", "b"))
-def _div(ctx, g, a, b, rounding_mode=None):
+@defgrad("div", saves=("input", "other"))
+def _div(ctx, g, input, other, rounding_mode=None):  # noqa: A002
     if rounding_mode is not None:
         zero = _zeros_like(g)
         return zero, zero
-    ga = g / b
-    return ga, (-ga * a / b if ctx.needs(b) else None)
+    ga = g / other
+    return ga, (-ga * input / other if ctx.needs(other) else None)
 
 
-@defgrad("remainder", saves=("a", "b"))
-def _remainder(ctx, g, a, b):
-    return g, (-g * a.div(b, rounding_mode="floor") if ctx.needs(b) else None)
+@defgrad("remainder", saves=("input", "other"))
+def _remainder(ctx, g, input, other):  # noqa: A002
+    return g, (-g * input.div(other, rounding_mode="floor") if ctx.needs(other) else None)
 
 
-@defgrad("pow", saves=("a", "b"), out=True)
-def _pow(ctx, g, a, b):
+@defgrad("pow", saves=("input", "exponent"), out=True)
+def _pow(ctx, g, input, exponent):  # noqa: A002
     ga = gb = None
-    if ctx.needs(a):
-        if _is_tensor(b):
-            ga = _where(b == 0, 0.0, g * b * a ** (b - 1))
+    if ctx.needs(input):
+        if _is_tensor(exponent):
+            ga = _where(exponent == 0, 0.0, g * exponent * input ** (exponent - 1))
         else:
-            ga = _zeros_like(g) if b == 0 else g * b * a ** (b - 1)
-    if ctx.needs(b):
-        if _is_tensor(a):
-            gb = _where((a == 0) & (b >= 0), 0.0, g * ctx.out * a.log())
+            ga = _zeros_like(g) if exponent == 0 else g * exponent * input ** (exponent - 1)
+    if ctx.needs(exponent):
+        if _is_tensor(input):
+            gb = _where((input == 0) & (exponent >= 0), 0.0, g * ctx.out * input.log())
         else:
-            gb = g * 0.0 if a == 0 else g * ctx.out * math.log(a)
+            gb = g * 0.0 if input == 0 else g * ctx.out * math.log(input)
     return ga, gb
 
 
 def _extremum_rule(name, wins):
-    @defgrad(name, saves=("a", "b"))
-    def rule(ctx, g, a, b):
+    @defgrad(name, saves=("input", "other"))
+    def rule(ctx, g, input, other):  # noqa: A002
         # NOTE: ties share the gradient equally, like PyTorch
-        share = (a == b).to(g.dtype) * 0.5 + wins(a, b).to(g.dtype)
+        share = (input == other).to(g.dtype) * 0.5 + wins(input, other).to(g.dtype)
         return g * share, g - g * share
 
     return rule
@@ -82,116 +82,116 @@ _extremum_rule("minimum", lambda a, b: a < b)
 
 
 @defgrad("where", saves=("condition",))
-def _where_grad(ctx, g, condition, a, b):
-    return (None, _where(condition, g, 0.0) if ctx.needs(a) else None,
-            _where(condition, 0.0, g) if ctx.needs(b) else None)
+def _where_grad(ctx, g, condition, input, other):  # noqa: A002
+    return (None, _where(condition, g, 0.0) if ctx.needs(input) else None,
+            _where(condition, 0.0, g) if ctx.needs(other) else None)
 
 
-@defgrad("lerp", saves=("a", "b", "weight"))
-def _lerp(ctx, g, a, b, weight):
-    return g * (1 - weight), g * weight, (g * (b - a) if ctx.needs(weight) else None)
+@defgrad("lerp", saves=("input", "end", "weight"))
+def _lerp(ctx, g, input, end, weight):  # noqa: A002
+    return g * (1 - weight), g * weight, (g * (end - input) if ctx.needs(weight) else None)
 
 
 @defgrad("neg")
-def _neg(ctx, g, a):
+def _neg(ctx, g, input):  # noqa: A002
     return -g
 
 
-@defgrad("abs", saves=("a",))
-def _abs(ctx, g, a):
-    return g * a.sign()
+@defgrad("abs", saves=("input",))
+def _abs(ctx, g, input):  # noqa: A002
+    return g * input.sign()
 
 
 @defgrad("exp", out=True)
-def _exp(ctx, g, a):
+def _exp(ctx, g, input):  # noqa: A002
     return g * ctx.out
 
 
-@defgrad("log", saves=("a",))
-def _log(ctx, g, a):
-    return g / a
+@defgrad("log", saves=("input",))
+def _log(ctx, g, input):  # noqa: A002
+    return g / input
 
 
-@defgrad("log1p", saves=("a",))
-def _log1p(ctx, g, a):
-    return g / (a + 1)
+@defgrad("log1p", saves=("input",))
+def _log1p(ctx, g, input):  # noqa: A002
+    return g / (input + 1)
 
 
 @defgrad("expm1", out=True)
-def _expm1(ctx, g, a):
+def _expm1(ctx, g, input):  # noqa: A002
     return g * (ctx.out + 1)
 
 
 @defgrad("sqrt", out=True)
-def _sqrt(ctx, g, a):
+def _sqrt(ctx, g, input):  # noqa: A002
     return g / (ctx.out * 2)
 
 
-@defgrad("sin", saves=("a",))
-def _sin(ctx, g, a):
-    return g * a.cos()
+@defgrad("sin", saves=("input",))
+def _sin(ctx, g, input):  # noqa: A002
+    return g * input.cos()
 
 
-@defgrad("cos", saves=("a",))
-def _cos(ctx, g, a):
-    return g * -a.sin()
+@defgrad("cos", saves=("input",))
+def _cos(ctx, g, input):  # noqa: A002
+    return g * -input.sin()
 
 
 @defgrad("tanh", out=True)
-def _tanh(ctx, g, a):
+def _tanh(ctx, g, input):  # noqa: A002
     out = ctx.out
     return g * (1 - out * out)
 
 
-@defgrad("erf", saves=("a",))
-def _erf_grad(ctx, g, a):
-    return g * (-(a * a)).exp() * _TWO_OVER_SQRT_PI
+@defgrad("erf", saves=("input",))
+def _erf_grad(ctx, g, input):  # noqa: A002
+    return g * (-(input * input)).exp() * _TWO_OVER_SQRT_PI
 
 
 @defgrad("rsqrt", out=True)
-def _rsqrt(ctx, g, a):
+def _rsqrt(ctx, g, input):  # noqa: A002
     out = ctx.out
     return g * (out * out * out) * -0.5
 
 
 @defgrad("reciprocal", out=True)
-def _reciprocal(ctx, g, a):
+def _reciprocal(ctx, g, input):  # noqa: A002
     out = ctx.out
     return -g * out * out
 
 
 @defgrad("sigmoid", out=True)
-def _sigmoid(ctx, g, a):
+def _sigmoid(ctx, g, input):  # noqa: A002
     out = ctx.out
     return g * out * (1 - out)
 
 
-@defgrad("silu", saves=("a",), inplace_kw=True)
-def _silu(ctx, g, a, inplace=False):
-    s = a.sigmoid()
-    return g * s * (a * (1 - s) + 1)
+@defgrad("silu", saves=("input",), inplace_kw=True)
+def _silu(ctx, g, input, inplace=False):  # noqa: A002
+    s = input.sigmoid()
+    return g * s * (input * (1 - s) + 1)
 
 
 @defgrad("relu", out=True, inplace_kw=True)
-def _relu(ctx, g, a, inplace=False):
+def _relu(ctx, g, input, inplace=False):  # noqa: A002
     return _where(ctx.out > 0, g, 0.0)
 
 
-@defgrad("leaky_relu", saves=("a",), inplace_kw=True)
-def _leaky_relu(ctx, g, a, negative_slope=0.01, inplace=False):
-    return _where(a > 0, g, g * negative_slope)
+@defgrad("leaky_relu", saves=("input",), inplace_kw=True)
+def _leaky_relu(ctx, g, input, negative_slope=0.01, inplace=False):  # noqa: A002
+    return _where(input > 0, g, g * negative_slope)
 
 
-@defgrad("gelu", saves=("a",))
-def _gelu(ctx, g, a, approximate="none"):
+@defgrad("gelu", saves=("input",))
+def _gelu(ctx, g, input, approximate="none"):  # noqa: A002
     if approximate == "tanh":
-        inner = (a + a * a * a * 0.044715) * _SQRT_2_OVER_PI
+        inner = (input + input * input * input * 0.044715) * _SQRT_2_OVER_PI
         t = inner.tanh()
-        slope = (1 - t * t) * (a * a * (3 * 0.044715) + 1) * _SQRT_2_OVER_PI
-        return g * ((t + 1) * 0.5 + a * 0.5 * slope)
-    cdf = (_erf(a * _SQRT1_2) + 1) * 0.5
-    pdf = (a * a * -0.5).exp() * _INV_SQRT_2PI
-    return g * (cdf + a * pdf)
+        slope = (1 - t * t) * (input * input * (3 * 0.044715) + 1) * _SQRT_2_OVER_PI
+        return g * ((t + 1) * 0.5 + input * 0.5 * slope)
+    cdf = (_erf(input * _SQRT1_2) + 1) * 0.5
+    pdf = (input * input * -0.5).exp() * _INV_SQRT_2PI
+    return g * (cdf + input * pdf)
 
 
 @defgrad("relu6", saves=("input",), inplace_kw=True)
@@ -220,7 +220,7 @@ def _mish(ctx, g, input, inplace=False):  # noqa: A002
 
 def _zero_rule(name):
     @defgrad(name)
-    def rule(ctx, g, a, *args, **kwargs):
+    def rule(ctx, g, input, *args, **kwargs):  # noqa: A002
         return _zeros_like(g)
 
     return rule
@@ -230,32 +230,32 @@ for _name in ("floor", "ceil", "round", "sign"):
     _zero_rule(_name)
 
 
-@defgrad("clamp", saves=("a", "min", "max"))
-def _clamp(ctx, g, a, min=None, max=None):  # noqa: A002
+@defgrad("clamp", saves=("input", "min", "max"))
+def _clamp(ctx, g, input, min=None, max=None):  # noqa: A002
     if min is None:
-        return _where(a <= max, g, 0.0), None, _where(a > max, g, 0.0) if ctx.needs(max) else None
+        return _where(input <= max, g, 0.0), None, _where(input > max, g, 0.0) if ctx.needs(max) else None
     if max is None:
-        return _where(a >= min, g, 0.0), _where(a < min, g, 0.0) if ctx.needs(min) else None
-    ga = _where((a >= min) & (a <= max), g, 0.0)
-    gmin = _where((a < min) & (min < max), g, 0.0) if ctx.needs(min) else None
-    gmax = _where((a > max) | (max < min), g, 0.0) if ctx.needs(max) else None
+        return _where(input >= min, g, 0.0), _where(input < min, g, 0.0) if ctx.needs(min) else None
+    ga = _where((input >= min) & (input <= max), g, 0.0)
+    gmin = _where((input < min) & (min < max), g, 0.0) if ctx.needs(min) else None
+    gmax = _where((input > max) | (max < min), g, 0.0) if ctx.needs(max) else None
     return ga, gmin, gmax
 
 
 @defgrad("masked_fill", saves=("mask",))
-def _masked_fill(ctx, g, a, mask, value):
+def _masked_fill(ctx, g, input, mask, value):  # noqa: A002
     return g.masked_fill(mask, 0.0), None, (_where(mask, g, 0.0).sum() if ctx.needs(value) else None)
 
 
 @defgrad("to")
-def _to(ctx, g, a, *args, **kwargs):
-    return g.to(a.device, a.dtype)
+def _to(ctx, g, input, *args, **kwargs):  # noqa: A002
+    return g.to(input.device, input.dtype)
 
 
 def _cast_rule(name):
     @defgrad(name)
-    def rule(ctx, g, a):
-        return g.to(a.dtype)
+    def rule(ctx, g, input):  # noqa: A002
+        return g.to(input.dtype)
 
     return rule
 

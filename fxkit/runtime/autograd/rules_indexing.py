@@ -49,15 +49,15 @@ def _setitem(ctx, g, a, index, value):
 
 
 @defgrad("gather", saves=("index",))
-def _gather(ctx, g, a, dim, index):
-    return _scatter_add(_zeros_as(a, g), dim, index, g)
+def _gather(ctx, g, input, dim, index):  # noqa: A002
+    return _scatter_add(_zeros_as(input, g), dim, index, g)
 
 
 @defgrad("scatter", saves=("index", "src"), out=True)
-def _scatter(ctx, g, a, dim, index, src=None, value=None, reduce=None):
+def _scatter(ctx, g, input, dim, index, src=None, value=None, reduce=None):  # noqa: A002
     needs_src = src is not None and hasattr(src, "shape") and ctx.needs(src)
     if reduce is None:
-        ga = g.scatter(dim, index, value=0.0) if ctx.needs(a) else None
+        ga = g.scatter(dim, index, value=0.0) if ctx.needs(input) else None
         gsrc = _fit(g.gather(dim, index), tuple(src.shape)) if needs_src else None
     elif reduce == "add":
         ga, gsrc = g, (_fit(g.gather(dim, index), tuple(src.shape)) if needs_src else None)
@@ -65,7 +65,7 @@ def _scatter(ctx, g, a, dim, index, src=None, value=None, reduce=None):
         # out = a * (the product of what lands there): d out / d a is that product, and each
         # factor's derivative is the rest of it times a, i.e. out / factor.
         factors = _ones_like(g).scatter(dim, index, src, value, reduce="multiply")
-        ga = g * factors if ctx.needs(a) else None
+        ga = g * factors if ctx.needs(input) else None
         gsrc = None
         if needs_src:
             block = src[tuple(slice(0, s) for s in index.shape)]
@@ -74,19 +74,19 @@ def _scatter(ctx, g, a, dim, index, src=None, value=None, reduce=None):
 
 
 @defgrad("scatter_add", saves=("index",))
-def _scatter_add_grad(ctx, g, a, dim, index, src):
+def _scatter_add_grad(ctx, g, input, dim, index, src):  # noqa: A002
     return g, None, None, (_fit(g.gather(dim, index), tuple(src.shape)) if ctx.needs(src) else None)
 
 
 @defgrad("index_select", saves=("index",))
-def _index_select(ctx, g, a, dim, index):
-    if a.ndim == 0:
+def _index_select(ctx, g, input, dim, index):  # noqa: A002
+    if input.ndim == 0:
         return g.sum()
-    return _index_add(_zeros_as(a, g), dim, index, g)
+    return _index_add(_zeros_as(input, g), dim, index, g)
 
 
 @defgrad("index_add", saves=("index",))
-def _index_add_grad(ctx, g, a, dim, index, source, alpha=1):
+def _index_add_grad(ctx, g, input, dim, index, source, alpha=1):  # noqa: A002
     if not ctx.needs(source):
         return g
     gsource = g.index_select(dim, index)
@@ -94,12 +94,12 @@ def _index_add_grad(ctx, g, a, dim, index, source, alpha=1):
 
 
 @defgrad("tril")
-def _tril(ctx, g, a, diagonal=0):
+def _tril(ctx, g, input, diagonal=0):  # noqa: A002
     return g.tril(diagonal)
 
 
 @defgrad("triu")
-def _triu(ctx, g, a, diagonal=0):
+def _triu(ctx, g, input, diagonal=0):  # noqa: A002
     return g.triu(diagonal)
 
 
@@ -108,10 +108,10 @@ def _index_of(indices):
 
 
 @defgrad("index_put", saves=("indices",))
-def _index_put(ctx, g, a, indices, values, accumulate=False):
+def _index_put(ctx, g, input, indices, values, accumulate=False):  # noqa: A002
     index = _index_of(indices)
     ga = None
-    if ctx.needs(a):
+    if ctx.needs(input):
         ga = g if accumulate else g.index_put(indices, _zeros((), dtype=g.dtype, device=g.device))
     gvalues = g[index] if hasattr(values, "shape") and ctx.needs(values) else None
     return ga, None, gvalues

@@ -21,61 +21,61 @@ def _mT(x):
     return x.transpose(-1, -2)
 
 
-@defgrad("matmul", saves=("a", "b"))
-def _matmul(ctx, g, a, b):
-    if a.ndim == 1 and b.ndim == 1:
-        return (g * b if ctx.needs(a) else None), (g * a if ctx.needs(b) else None)
-    a2 = a.unsqueeze(0) if a.ndim == 1 else a
-    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
-    g2 = g.unsqueeze(-2) if a.ndim == 1 else g
-    g2 = g2.unsqueeze(-1) if b.ndim == 1 else g2
+@defgrad("matmul", saves=("input", "other"))
+def _matmul(ctx, g, input, other):  # noqa: A002
+    if input.ndim == 1 and other.ndim == 1:
+        return (g * other if ctx.needs(input) else None), (g * input if ctx.needs(other) else None)
+    a2 = input.unsqueeze(0) if input.ndim == 1 else input
+    b2 = other.unsqueeze(-1) if other.ndim == 1 else other
+    g2 = g.unsqueeze(-2) if input.ndim == 1 else g
+    g2 = g2.unsqueeze(-1) if other.ndim == 1 else g2
     ga = gb = None
-    if ctx.needs(a):
+    if ctx.needs(input):
         ga = g2.matmul(_mT(b2))
-        ga = ga.squeeze(-2) if a.ndim == 1 else ga
-    if ctx.needs(b):
+        ga = ga.squeeze(-2) if input.ndim == 1 else ga
+    if ctx.needs(other):
         gb = _mT(a2).matmul(g2)
-        gb = gb.squeeze(-1) if b.ndim == 1 else gb
+        gb = gb.squeeze(-1) if other.ndim == 1 else gb
     return ga, gb
 
 
-@defgrad("mm", saves=("a", "b"))
-def _mm(ctx, g, a, b):
-    return (g.mm(b.t()) if ctx.needs(a) else None), (a.t().mm(g) if ctx.needs(b) else None)
+@defgrad("mm", saves=("input", "mat2"))
+def _mm(ctx, g, input, mat2):  # noqa: A002
+    return (g.mm(mat2.t()) if ctx.needs(input) else None), (input.t().mm(g) if ctx.needs(mat2) else None)
 
 
-@defgrad("bmm", saves=("a", "b"))
-def _bmm(ctx, g, a, b):
-    return (g.bmm(_mT(b)) if ctx.needs(a) else None), (_mT(a).bmm(g) if ctx.needs(b) else None)
+@defgrad("bmm", saves=("input", "mat2"))
+def _bmm(ctx, g, input, mat2):  # noqa: A002
+    return (g.bmm(_mT(mat2)) if ctx.needs(input) else None), (_mT(input).bmm(g) if ctx.needs(mat2) else None)
 
 
-@defgrad("linear", saves=("x", "weight"))
-def _linear(ctx, g, x, weight, bias=None):
+@defgrad("linear", saves=("input", "weight"))
+def _linear(ctx, g, input, weight, bias=None):  # noqa: A002
     gx = gw = None
     if weight.ndim == 1:  # out = x @ weight, one output feature and no feature dim
         g1 = g.unsqueeze(-1)
-        return (g1 * weight if ctx.needs(x) else None), (g1 * x if ctx.needs(weight) else None), g
-    if ctx.needs(x):
+        return (g1 * weight if ctx.needs(input) else None), (g1 * input if ctx.needs(weight) else None), g
+    if ctx.needs(input):
         gx = g.matmul(weight)
     if ctx.needs(weight):
         out_features, in_features = weight.shape
-        gw = g.reshape(-1, out_features).t().mm(x.reshape(-1, in_features))
+        gw = g.reshape(-1, out_features).t().mm(input.reshape(-1, in_features))
     return gx, gw, g
 
 
-@defgrad("addmm", saves=("a", "b"))
-def _addmm(ctx, g, inp, a, b, *, beta=1, alpha=1):
-    ginp = g * beta if ctx.needs(inp) else None
-    ga = g.mm(b.t()) * alpha if ctx.needs(a) else None
-    gb = a.t().mm(g) * alpha if ctx.needs(b) else None
+@defgrad("addmm", saves=("mat1", "mat2"))
+def _addmm(ctx, g, input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
+    ginp = g * beta if ctx.needs(input) else None
+    ga = g.mm(mat2.t()) * alpha if ctx.needs(mat1) else None
+    gb = mat1.t().mm(g) * alpha if ctx.needs(mat2) else None
     return ginp, ga, gb
 
 
-@defgrad("baddbmm", saves=("a", "b"))
-def _baddbmm(ctx, g, inp, a, b, *, beta=1, alpha=1):
-    ginp = g * beta if ctx.needs(inp) else None
-    ga = g.bmm(_mT(b)) * alpha if ctx.needs(a) else None
-    gb = _mT(a).bmm(g) * alpha if ctx.needs(b) else None
+@defgrad("baddbmm", saves=("batch1", "batch2"))
+def _baddbmm(ctx, g, input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    ginp = g * beta if ctx.needs(input) else None
+    ga = g.bmm(_mT(batch2)) * alpha if ctx.needs(batch1) else None
+    gb = _mT(batch1).bmm(g) * alpha if ctx.needs(batch2) else None
     return ginp, ga, gb
 
 

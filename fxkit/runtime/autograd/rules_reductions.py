@@ -33,24 +33,24 @@ def reduced_count(shape, dim):
 
 
 @defgrad("sum")
-def _sum(ctx, g, a, dim=None, keepdim=False, dtype=None):
-    return unreduce(g, a.shape, dim, keepdim)
+def _sum(ctx, g, input, dim=None, keepdim=False, dtype=None):  # noqa: A002
+    return unreduce(g, input.shape, dim, keepdim)
 
 
 @defgrad("mean")
-def _mean(ctx, g, a, dim=None, keepdim=False, dtype=None):
-    return unreduce(g, a.shape, dim, keepdim) / reduced_count(a.shape, dim)
+def _mean(ctx, g, input, dim=None, keepdim=False, dtype=None):  # noqa: A002
+    return unreduce(g, input.shape, dim, keepdim) / reduced_count(input.shape, dim)
 
 
-@defgrad("prod", saves=("a",))
-def _prod(ctx, g, a, dim=None, keepdim=False, dtype=None):
+@defgrad("prod", saves=("input",))
+def _prod(ctx, g, input, dim=None, keepdim=False, dtype=None):  # noqa: A002
     # Exact with zeros: an element's gradient is the product of the others.
-    zero = a == 0
-    nonzero = _where(zero, 1.0, a)
-    others = nonzero.prod(dim, True) if dim is not None else nonzero.prod().reshape((1,) * a.ndim)
-    zeros = zero.sum(dim, True) if dim is not None else zero.sum().reshape((1,) * a.ndim)
+    zero = input == 0
+    nonzero = _where(zero, 1.0, input)
+    others = nonzero.prod(dim, True) if dim is not None else nonzero.prod().reshape((1,) * input.ndim)
+    zeros = zero.sum(dim, True) if dim is not None else zero.sum().reshape((1,) * input.ndim)
     factor = _where(zero, _where(zeros == 1, others, 0.0), _where(zeros == 0, others / nonzero, 0.0))
-    return unreduce(g, a.shape, dim, keepdim) * factor
+    return unreduce(g, input.shape, dim, keepdim) * factor
 
 
 def _ties(g, a, out, dim, keepdim):
@@ -61,23 +61,23 @@ def _ties(g, a, out, dim, keepdim):
 
 
 def _extremum_rule(name):
-    @defgrad(name, saves=("a", "dim", "other"), out=True)
-    def rule(ctx, g, a, dim=None, keepdim=False, *, other=None):
+    @defgrad(name, saves=("input", "dim", "other"), out=True)
+    def rule(ctx, g, input, dim=None, keepdim=False, *, other=None):  # noqa: A002
         if other is not None or hasattr(dim, "shape"):
             b = dim if other is None else other
-            wins = (a > b) if name == "max" else (a < b)
-            share = (a == b).to(g.dtype) * 0.5 + wins.to(g.dtype)
+            wins = (input > b) if name == "max" else (input < b)
+            share = (input == b).to(g.dtype) * 0.5 + wins.to(g.dtype)
             gb = g - g * share
             return g * share, (gb if other is None else None), None, (gb if other is not None else None)
         if dim is None:
-            return _ties(g, a, ctx.out, None, False)
+            return _ties(g, input, ctx.out, None, False)
         values, indices = g[0], ctx.out[1]
-        if a.ndim == 0:
+        if input.ndim == 0:
             return values
-        d = single_dim(dim, a.ndim, name)
+        d = single_dim(dim, input.ndim, name)
         if not keepdim:
             values, indices = values.unsqueeze(d), indices.unsqueeze(d)
-        return _zeros(a.shape, dtype=values.dtype, device=values.device).scatter(d, indices, values)
+        return _zeros(input.shape, dtype=values.dtype, device=values.device).scatter(d, indices, values)
 
     return rule
 
@@ -87,9 +87,9 @@ _extremum_rule("min")
 
 
 def _amax_rule(name):
-    @defgrad(name, saves=("a",), out=True)
-    def rule(ctx, g, a, dim=(), keepdim=False):
-        return _ties(g, a, ctx.out, dim, keepdim)
+    @defgrad(name, saves=("input",), out=True)
+    def rule(ctx, g, input, dim=(), keepdim=False):  # noqa: A002
+        return _ties(g, input, ctx.out, dim, keepdim)
 
     return rule
 
@@ -99,8 +99,8 @@ _amax_rule("amin")
 
 
 @defgrad("cumsum")
-def _cumsum(ctx, g, a, dim, dtype=None):
-    if a.ndim == 0:
+def _cumsum(ctx, g, input, dim, dtype=None):  # noqa: A002
+    if input.ndim == 0:
         return g
     return g.flip(dim).cumsum(dim).flip(dim)
 
@@ -112,39 +112,39 @@ def _variance_grad(a, dim, unbiased, correction, name):
     return centered, dim, reduced_count(a.shape, dim) - ddof
 
 
-@defgrad("var", saves=("a",))
-def _var(ctx, g, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    centered, dim, n = _variance_grad(a, dim, unbiased, correction, "var")
-    return unreduce(g, a.shape, dim, keepdim) * centered * (2.0 / n)
+@defgrad("var", saves=("input",))
+def _var(ctx, g, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    centered, dim, n = _variance_grad(input, dim, unbiased, correction, "var")
+    return unreduce(g, input.shape, dim, keepdim) * centered * (2.0 / n)
 
 
-@defgrad("std", saves=("a",), out=True)
-def _std(ctx, g, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    centered, dim, n = _variance_grad(a, dim, unbiased, correction, "std")
-    std = unreduce(ctx.out, a.shape, dim, keepdim)
-    return _where(std == 0, 0.0, unreduce(g, a.shape, dim, keepdim) * centered / (std * n))
+@defgrad("std", saves=("input",), out=True)
+def _std(ctx, g, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    centered, dim, n = _variance_grad(input, dim, unbiased, correction, "std")
+    std = unreduce(ctx.out, input.shape, dim, keepdim)
+    return _where(std == 0, 0.0, unreduce(g, input.shape, dim, keepdim) * centered / (std * n))
 
 
-@defgrad("norm", saves=("a",), out=True)
-def _norm(ctx, g, a, p="fro", dim=None, keepdim=False, dtype=None):
+@defgrad("norm", saves=("input",), out=True)
+def _norm(ctx, g, input, p="fro", dim=None, keepdim=False, dtype=None):  # noqa: A002
     if dtype is not None:
-        a = a.to(dtype)
-    axes = _norm_dims(p, dim, a.ndim)
+        input = input.to(dtype)
+    axes = _norm_dims(p, dim, input.ndim)
     out = ctx.out
     if p == "nuc":
-        return _nuclear(g, a, axes, keepdim)
+        return _nuclear(g, input, axes, keepdim)
     p = 2 if p in ("fro", None) else p
     if p == 0:
-        return _zeros_like(a)
+        return _zeros_like(input)
     if p in (math.inf, -math.inf):
-        return _ties(g, a.abs(), out, axes, keepdim) * a.sign()
-    gout = unreduce(g, a.shape, axes, keepdim)
-    norm = unreduce(out, a.shape, axes, keepdim)
+        return _ties(g, input.abs(), out, axes, keepdim) * input.sign()
+    gout = unreduce(g, input.shape, axes, keepdim)
+    norm = unreduce(out, input.shape, axes, keepdim)
     if p == 1:
-        return gout * a.sign()
+        return gout * input.sign()
     if p == 2:
-        return _where(norm == 0, 0.0, gout * a / norm)
-    return _where(norm == 0, 0.0, gout * a * a.abs() ** (p - 2) / norm ** (p - 1))
+        return _where(norm == 0, 0.0, gout * input / norm)
+    return _where(norm == 0, 0.0, gout * input * input.abs() ** (p - 2) / norm ** (p - 1))
 
 
 def _nuclear(g, a, axes, keepdim):
@@ -158,21 +158,21 @@ def _nuclear(g, a, axes, keepdim):
 
 
 @defgrad("softmax", out=True)
-def _softmax(ctx, g, a, dim=None, dtype=None):
-    d = softmax_dim(dim, a.ndim)
+def _softmax(ctx, g, input, dim=None, dtype=None):  # noqa: A002
+    d = softmax_dim(dim, input.ndim)
     out = ctx.out
     return out * (g - (g * out).sum(d, True))
 
 
 @defgrad("log_softmax", out=True)
-def _log_softmax(ctx, g, a, dim=None, dtype=None):
-    d = softmax_dim(dim, a.ndim)
+def _log_softmax(ctx, g, input, dim=None, dtype=None):  # noqa: A002
+    d = softmax_dim(dim, input.ndim)
     return g - ctx.out.exp() * g.sum(d, True)
 
 
-@defgrad("logsumexp", saves=("a",), out=True)
-def _logsumexp(ctx, g, a, dim, keepdim=False):
-    return unreduce(g, a.shape, dim, keepdim) * (a - unreduce(ctx.out, a.shape, dim, keepdim)).exp()
+@defgrad("logsumexp", saves=("input",), out=True)
+def _logsumexp(ctx, g, input, dim, keepdim=False):  # noqa: A002
+    return unreduce(g, input.shape, dim, keepdim) * (input - unreduce(ctx.out, input.shape, dim, keepdim)).exp()
 
 
 def _picked_rule(name):

@@ -18,8 +18,8 @@ _stack_op = get_op("stack")
 
 def _reshape_back(name):
     @defgrad(name)
-    def rule(ctx, g, a, *args, **kwargs):
-        return g.reshape(tuple(a.shape))
+    def rule(ctx, g, input, *args, **kwargs):  # noqa: A002
+        return g.reshape(tuple(input.shape))
 
     return rule
 
@@ -29,13 +29,13 @@ for _name in ("view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
 
 
 @defgrad("expand")
-def _expand(ctx, g, a, *sizes):
+def _expand(ctx, g, input, *sizes, size=None):  # noqa: A002
     return g  # the engine sums the broadcast dims back to a's shape
 
 
 @defgrad("permute")
-def _permute(ctx, g, a, *args, dims=None):
-    perm = [normalize_dim(d, a.ndim, "permute")
+def _permute(ctx, g, input, *args, dims=None):  # noqa: A002
+    perm = [normalize_dim(d, input.ndim, "permute")
             for d in shape_arg(positional_or_keyword(args, dims, "permute", "dims"), "permute")]
     inverse = [0] * len(perm)
     for i, d in enumerate(perm):
@@ -44,35 +44,35 @@ def _permute(ctx, g, a, *args, dims=None):
 
 
 @defgrad("transpose")
-def _transpose(ctx, g, a, dim0, dim1):
+def _transpose(ctx, g, input, dim0, dim1):  # noqa: A002
     return g.transpose(dim0, dim1)
 
 
 @defgrad("t")
-def _t(ctx, g, a):
+def _t(ctx, g, input):  # noqa: A002
     return g.t()
 
 
 @defgrad("numpy_T")
-def _numpy_t(ctx, g, a):
+def _numpy_t(ctx, g, input):  # noqa: A002
     return g.T
 
 
 @defgrad("narrow")
-def _narrow(ctx, g, a, dim, start, length):
-    d = normalize_dim(dim, a.ndim, "narrow")
-    n = a.shape[d]
+def _narrow(ctx, g, input, dim, start, length):  # noqa: A002
+    d = normalize_dim(dim, input.ndim, "narrow")
+    n = input.shape[d]
     start = start + n if start < 0 else start
-    return _pad(g, [0, 0] * (a.ndim - 1 - d) + [start, n - start - length])
+    return _pad(g, [0, 0] * (input.ndim - 1 - d) + [start, n - start - length])
 
 
 @defgrad("split")
-def _split(ctx, g, a, split_size_or_sections, dim=0):
+def _split(ctx, g, input, split_size, dim=0):  # noqa: A002
     return _cat(list(g), dim)
 
 
 @defgrad("chunk")
-def _chunk(ctx, g, a, chunks, dim=0):
+def _chunk(ctx, g, input, chunks, dim=0):  # noqa: A002
     return _cat(list(g), dim)
 
 
@@ -99,23 +99,23 @@ def _unrepeat(g, shape, sizes):
 
 
 @defgrad("repeat")
-def _repeat(ctx, g, a, *sizes):
-    return _unrepeat(g, a.shape, shape_arg(sizes, "repeat"))
+def _repeat(ctx, g, input, *sizes, repeats=None):  # noqa: A002
+    return _unrepeat(g, input.shape, shape_arg(positional_or_keyword(sizes, repeats, "repeat", "repeats"), "repeat"))
 
 
 @defgrad("tile")
-def _tile(ctx, g, a, *args, dims=None):
+def _tile(ctx, g, input, *args, dims=None):  # noqa: A002
     dims = shape_arg(positional_or_keyword(args, dims, "tile", "dims"), "tile")
-    return _unrepeat(g, a.shape, (1,) * (a.ndim - len(dims)) + dims)
+    return _unrepeat(g, input.shape, (1,) * (input.ndim - len(dims)) + dims)
 
 
 @defgrad("flip")
-def _flip(ctx, g, a, *args, dims=None):
+def _flip(ctx, g, input, *args, dims=None):  # noqa: A002
     return g.flip(*args) if dims is None else g.flip(dims=dims)
 
 
 @defgrad("roll")
-def _roll(ctx, g, a, shifts, dims=None):
+def _roll(ctx, g, input, shifts, dims=None):  # noqa: A002
     back = tuple(-s for s in shifts) if isinstance(shifts, (tuple, list)) else -shifts
     return g.roll(back, dims)
 
@@ -139,15 +139,15 @@ def _pad_grad(ctx, g, input, pad, mode="constant", value=None):  # noqa: A002
 
 
 @defgrad("swapaxes")
-def _swapaxes(ctx, g, a, axis0, axis1):
+def _swapaxes(ctx, g, input, axis0, axis1):  # noqa: A002
     return g.transpose(axis0, axis1)
 
 
 @defgrad("swapdims")
-def _swapdims(ctx, g, a, dim0, dim1):
+def _swapdims(ctx, g, input, dim0, dim1):  # noqa: A002
     return g.transpose(dim0, dim1)
 
 
 @defgrad("unbind")
-def _unbind(ctx, g, a, dim=0):
+def _unbind(ctx, g, input, dim=0):  # noqa: A002
     return _stack_op(list(g), dim)

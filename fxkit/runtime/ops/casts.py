@@ -23,36 +23,36 @@ def _split_to_args(args, dtype, device):
     return _dt.as_dtype(dtype), (Device(device) if device is not None else None)
 
 
-def _to_rule(a, *args, dtype=None, device=None, copy=False, non_blocking=False):
+def _to_rule(input, *args, dtype=None, device=None, copy=False, non_blocking=False):  # noqa: A002
     dtype, device = _split_to_args(args, dtype, device)
-    return TensorMeta(a.shape, dtype or a.dtype, device or a.device)
+    return TensorMeta(input.shape, dtype or input.dtype, device or input.device)
 
 
 @op("to", kind="other", shape_rule=_to_rule)
-def to(xp, a, *args, dtype=None, device=None, copy=False, non_blocking=False):
+def to(xp, input, *args, dtype=None, device=None, copy=False, non_blocking=False):  # noqa: A002
     """Cast to a dtype and/or move to a device; returns the input itself when nothing changes."""
     dtype, target = _split_to_args(args, dtype, device)
-    if dtype is not None and a.dtype != dtype.np:
-        a = a.astype(dtype.np)
+    if dtype is not None and input.dtype != dtype.np:
+        input = input.astype(dtype.np)
     elif copy:
-        a = a.copy()
+        input = input.copy()
     if target is None:
-        return a
-    here = Device("cpu") if xp.__name__ == "numpy" else Device(f"cuda:{a.device.id}")
+        return input
+    here = Device("cpu") if xp.__name__ == "numpy" else Device(f"cuda:{input.device.id}")
     if target is here:
-        return a
+        return input
     if target.type == "cpu":
-        return Tensor._make(a.get(), target)
+        return Tensor._make(input.get(), target)
     with target.activate():
-        return Tensor._make(target.xp.asarray(a), target)
+        return Tensor._make(target.xp.asarray(input), target)
 
 
 def _cast(name, dtype):
-    def rule(a):
-        return TensorMeta(a.shape, dtype, a.device)
+    def rule(input):  # noqa: A002
+        return TensorMeta(input.shape, dtype, input.device)
 
-    def impl(xp, a):
-        return a if a.dtype == dtype.np else a.astype(dtype.np)
+    def impl(xp, input):  # noqa: A002
+        return input if input.dtype == dtype.np else input.astype(dtype.np)
 
     impl.__doc__ = f"``x.{name}()``: cast to {dtype.name}."
     return op(name, kind="other", shape_rule=rule)(impl)

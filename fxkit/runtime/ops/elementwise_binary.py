@@ -53,27 +53,27 @@ def _with_scaled(ufunc, name, a, b, alpha):
 
 
 @op("add", kind="elementwise", promote="common", template="a + b * alpha")
-def add(xp, a, b, alpha=1):
+def add(xp, input, other, alpha=1):  # noqa: A002
     """``a + alpha * b``; for bool tensors, logical or."""
-    return xp.add(a, b) if alpha == 1 else _with_scaled(xp.add, "add", a, b, alpha)
+    return xp.add(input, other) if alpha == 1 else _with_scaled(xp.add, "add", input, other, alpha)
 
 
 @op("sub", kind="elementwise", promote="common", template="a - b * alpha")
-def sub(xp, a, b, alpha=1):
+def sub(xp, input, other, alpha=1):  # noqa: A002
     """``a - alpha * b``."""
     try:
-        return xp.subtract(a, b) if alpha == 1 else _with_scaled(xp.subtract, "sub", a, b, alpha)
+        return xp.subtract(input, other) if alpha == 1 else _with_scaled(xp.subtract, "sub", input, other, alpha)
     except TypeError:
-        if _kind(a, b) != "b":
+        if _kind(input, other) != "b":
             raise
         raise DTypeError("sub: subtraction, the `-` operator, with two bool tensors is not supported; "
                          "use logical_xor() or the `^` operator instead") from None
 
 
 @op("mul", kind="elementwise", promote="common", template="a * b")
-def mul(xp, a, b):
+def mul(xp, input, other):  # noqa: A002
     """``a * b``; for bool tensors, logical and."""
-    return xp.multiply(a, b)
+    return xp.multiply(input, other)
 
 
 def _div_template(rounding_mode=None):
@@ -82,8 +82,8 @@ def _div_template(rounding_mode=None):
     return "trunc(a / b)" if rounding_mode == "trunc" else "a / b"
 
 
-def _div_rule(a, b, rounding_mode=None):
-    meta = promoted_meta("div", a, b)
+def _div_rule(input, other, rounding_mode=None):  # noqa: A002
+    meta = promoted_meta("div", input, other)
     if rounding_mode is None:
         return meta if meta.dtype.is_floating_point else meta._replace(dtype=_dt.default_float)
     _check_rounding(rounding_mode, meta.dtype.category == 0)
@@ -118,7 +118,7 @@ def _check_division(xp, name, a, b):
 
 @op("div", kind="elementwise", promote="common", template=_div_template, shape_rule=_div_rule,
     integer_checks=True)
-def div(xp, a, b, rounding_mode=None):
+def div(xp, input, other, rounding_mode=None):  # noqa: A002
     """``a / b``.
 
     Args:
@@ -126,47 +126,47 @@ def div(xp, a, b, rounding_mode=None):
             float32); ``'trunc'`` rounds toward zero and ``'floor'`` toward -inf,
             and both keep integer dtypes, as in PyTorch.
     """
-    kind = _kind(a, b)
+    kind = _kind(input, other)
     if rounding_mode is None:
         if kind == "f" or kind is None:
-            return xp.true_divide(a, b)
-        return xp.true_divide(a, b, dtype=_dt.default_float.np)
+            return xp.true_divide(input, other)
+        return xp.true_divide(input, other, dtype=_dt.default_float.np)
     _check_rounding(rounding_mode, kind == "b")
     if kind in ("i", "u"):
-        _check_int_divisor(xp, "div", b)
+        _check_int_divisor(xp, "div", other)
     if rounding_mode == "floor":
-        return xp.floor_divide(a, b)
+        return xp.floor_divide(input, other)
     if kind == "f" or kind is None:
-        out = xp.true_divide(a, b)
+        out = xp.true_divide(input, other)
         return xp.trunc(out, out=out) if out.ndim else xp.trunc(out)
     # Integer division rounding toward zero, exact for every int64: a - fmod(a, b) is a multiple of b.
-    out = xp.subtract(a, xp.fmod(a, b))
-    out //= b
+    out = xp.subtract(input, xp.fmod(input, other))
+    out //= other
     return out
 
 
 @op("floor_divide", kind="elementwise", promote="common", template="floor_divide(a, b)", integer_checks=True)
-def floor_divide(xp, a, b):
+def floor_divide(xp, input, other):  # noqa: A002
     """``a // b``, rounded toward -inf (``div(a, b, rounding_mode='floor')``)."""
-    _check_division(xp, "floor_divide", a, b)
-    return xp.floor_divide(a, b)
+    _check_division(xp, "floor_divide", input, other)
+    return xp.floor_divide(input, other)
 
 
 @op("remainder", kind="elementwise", promote="common", template="remainder(a, b)", integer_checks=True)
-def remainder(xp, a, b):
+def remainder(xp, input, other):  # noqa: A002
     """Python's modulus ``a - floor(a / b) * b``: the result has the sign of ``b``."""
-    _check_division(xp, "remainder", a, b)
-    return xp.remainder(a, b)
+    _check_division(xp, "remainder", input, other)
+    return xp.remainder(input, other)
 
 
 @op("pow", kind="elementwise", promote="common", template="pow(a, b)", integer_checks=True)
-def pow(xp, a, b):  # noqa: A001
+def pow(xp, input, exponent):  # noqa: A001, A002
     """``a ** b``."""
-    kind = _kind(a, b)
+    kind = _kind(input, exponent)
     if kind == "b":
         raise _bool_error("pow")
     try:
-        return xp.power(a, b)
+        return xp.power(input, exponent)
     except ValueError:
         if kind not in ("i", "u"):
             raise
@@ -175,20 +175,20 @@ def pow(xp, a, b):  # noqa: A001
 
 
 @op("maximum", kind="elementwise", promote="common", template="maximum(a, b)")
-def maximum(xp, a, b):
+def maximum(xp, input, other):  # noqa: A002
     """Elementwise maximum; NaN propagates."""
-    return xp.maximum(a, b)
+    return xp.maximum(input, other)
 
 
 @op("minimum", kind="elementwise", promote="common", template="minimum(a, b)")
-def minimum(xp, a, b):
+def minimum(xp, input, other):  # noqa: A002
     """Elementwise minimum; NaN propagates."""
-    return xp.minimum(a, b)
+    return xp.minimum(input, other)
 
 
 def _comparison(name, ufunc, symbol):
-    def impl(xp, a, b):
-        return getattr(xp, ufunc)(a, b)
+    def impl(xp, input, other):  # noqa: A002
+        return getattr(xp, ufunc)(input, other)
 
     impl.__name__ = name
     impl.__doc__ = f"``a {symbol} b`` as a bool tensor, compared in the inputs' result dtype."
@@ -204,8 +204,8 @@ ge = _comparison("ge", "greater_equal", ">=")
 
 
 def _logical(name):
-    def impl(xp, a, b):
-        return getattr(xp, name)(a, b)
+    def impl(xp, input, other):  # noqa: A002
+        return getattr(xp, name)(input, other)
 
     impl.__name__ = name
     impl.__doc__ = f"``{name}`` of the truth values of ``a`` and ``b`` (nonzero is true), as a bool tensor."
@@ -218,8 +218,8 @@ logical_xor = _logical("logical_xor")
 
 
 def _bitwise(name, symbol):
-    def impl(xp, a, b):
-        return getattr(xp, name)(a, b)
+    def impl(xp, input, other):  # noqa: A002
+        return getattr(xp, name)(input, other)
 
     impl.__name__ = name
     impl.__doc__ = f"``a {symbol} b`` on integer or bool tensors."
@@ -232,7 +232,7 @@ bitwise_xor = _bitwise("bitwise_xor", "^")
 
 
 def _shift(name, symbol, numpy_name):
-    def impl(xp, input, other):
+    def impl(xp, input, other):  # noqa: A002
         return getattr(xp, numpy_name)(input, other)
 
     impl.__name__ = name
@@ -245,14 +245,14 @@ bitwise_right_shift = _shift("bitwise_right_shift", ">>", "right_shift")
 
 
 @op("where", kind="elementwise", promote="common", promote_from=1, method=False, template="where(a, b, c)")
-def where(xp, condition, a, b):
+def where(xp, condition, input, other):  # noqa: A002
     """``a`` where ``condition`` holds, else ``b``; ``a`` and ``b`` may be numbers."""
     if getattr(condition, "dtype", None) != bool:
         raise DTypeError(f"where: condition must be a bool tensor, got {_described(condition)}; "
                          f"compare first, e.g. where(x > 0, ...), or cast with .bool()")
-    out = xp.where(condition, a, b)
-    if not (hasattr(a, "dtype") or hasattr(b, "dtype")):  # two numbers: PyTorch's dtype, not numpy's float64
-        out = out.astype(_dt.result_type((), (), (a, b)).np, copy=False)
+    out = xp.where(condition, input, other)
+    if not (hasattr(input, "dtype") or hasattr(other, "dtype")):  # two numbers: PyTorch's dtype, not numpy's float64
+        out = out.astype(_dt.result_type((), (), (input, other)).np, copy=False)
     return out
 
 
@@ -262,30 +262,30 @@ def _described(value):
 
 @op("lerp", kind="elementwise", promote="float",
     template="where(abs(c) < 0.5, a + c * (b - a), b - (b - a) * (1 - c))")
-def lerp(xp, a, b, weight):
+def lerp(xp, input, end, weight):  # noqa: A002
     """``a + weight * (b - a)``, by PyTorch's formula (exact at ``weight == 1``); half precision
     computes in float32 and rounds once, as PyTorch does (``b - a`` may overflow in float16)."""
-    if hasattr(a, "dtype") and a.dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(lerp.impl, xp, a, b, weight)
-    if hasattr(a, "dtype") and a.dtype == xp.float16:
-        wide = [v.astype(xp.float32) if hasattr(v, "dtype") else v for v in (a, b, weight)]
+    if hasattr(input, "dtype") and input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(lerp.impl, xp, input, end, weight)
+    if hasattr(input, "dtype") and input.dtype == xp.float16:
+        wide = [v.astype(xp.float32) if hasattr(v, "dtype") else v for v in (input, end, weight)]
         return lerp.impl(xp, *wide).astype(xp.float16)
     if not hasattr(weight, "dtype"):
         if -0.5 < weight < 0.5:
-            out = xp.subtract(b, a)
+            out = xp.subtract(end, input)
             out *= weight
-            out += a
+            out += input
         else:  # b - (b - a) * (1 - weight), with the signs folded in
-            out = xp.subtract(a, b)
+            out = xp.subtract(input, end)
             out *= 1 - weight
-            out += b
+            out += end
         return out
-    diff = xp.subtract(b, a)
+    diff = xp.subtract(end, input)
     if weight.dtype != diff.dtype:  # a weight passed by keyword skips promotion
         weight = weight.astype(diff.dtype)
     low = weight * diff
-    low += a
+    low += input
     high = weight - 1
     high = high * diff
-    high += b
+    high += end
     return xp.where(xp.abs(weight) < 0.5, low, high)

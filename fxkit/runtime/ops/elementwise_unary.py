@@ -62,28 +62,28 @@ def _in_place_steps(impl):
 
 
 @op("neg", kind="elementwise", promote="common", template="-a")
-def neg(xp, a):
+def neg(xp, input):  # noqa: A002
     """``-a``."""
     try:
-        return xp.negative(a)
+        return xp.negative(input)
     except TypeError:
-        if a.dtype.kind != "b":
+        if input.dtype.kind != "b":
             raise
         raise DTypeError("neg: negation, the `-` operator, on a bool tensor is not supported; "
                          "use logical_not() or the `~` operator instead") from None
 
 
 @op("abs", kind="elementwise", promote="common", template="abs(a)")
-def abs(xp, a):  # noqa: A001
+def abs(xp, input):  # noqa: A001, A002
     """``|a|``; integer dtypes stay integer."""
-    return xp.abs(a)
+    return xp.abs(input)
 
 
 def _math(name, doc):
     """A math function that is one ufunc of the same name in numpy and cupy."""
 
-    def impl(xp, a):
-        return getattr(xp, name)(a)
+    def impl(xp, input):  # noqa: A002
+        return getattr(xp, name)(input)
 
     impl.__name__ = name
     impl.__doc__ = f"{doc}; integer and bool tensors give float32."
@@ -101,34 +101,34 @@ tanh = _math("tanh", "Hyperbolic tangent")
 
 
 @op("erf", kind="elementwise", promote="float", template="erf(a)")
-def erf(xp, a):
+def erf(xp, input):  # noqa: A002
     """The error function ``2/sqrt(pi) * integral(exp(-t**2), 0, a)``."""
-    if not hasattr(a, "dtype"):  # a Python number, given no tensor
-        return math.erf(a)
-    return intrinsics.erf(xp, a)
+    if not hasattr(input, "dtype"):  # a Python number, given no tensor
+        return math.erf(input)
+    return intrinsics.erf(xp, input)
 
 
 @op("rsqrt", kind="elementwise", promote="float", template="1 / sqrt(a)")
 @_in_place_steps
-def rsqrt(xp, a):
+def rsqrt(xp, input):  # noqa: A002
     """``1 / sqrt(a)``."""
-    out = xp.sqrt(a)
+    out = xp.sqrt(input)
     xp.reciprocal(out, out=out)
     return out
 
 
 @op("reciprocal", kind="elementwise", promote="float", template="1 / a")
-def reciprocal(xp, a):
+def reciprocal(xp, input):  # noqa: A002
     """``1 / a``; integer and bool tensors give float32."""
-    return xp.reciprocal(a)
+    return xp.reciprocal(input)
 
 
 @op("sigmoid", kind="elementwise", promote="float", template="1 / (1 + exp(-a))")
 @_in_place_steps
-def sigmoid(xp, a):
+def sigmoid(xp, input):  # noqa: A002
     """``1 / (1 + exp(-a))``, PyTorch's formula: ``exp(-a)`` overflows to inf for very negative
     ``a`` and the result is 0 (subnormal just before), as PyTorch's."""
-    out = xp.negative(a)
+    out = xp.negative(input)
     with np.errstate(over="ignore"):
         xp.exp(out, out=out)
     out += 1.0
@@ -138,36 +138,36 @@ def sigmoid(xp, a):
 
 @op("silu", kind="elementwise", promote="float", template="a / (1 + exp(-a))")
 @_in_place_steps
-def silu(xp, a, inplace=False):
+def silu(xp, input, inplace=False):  # noqa: A002
     """``a * sigmoid(a)``, computed as PyTorch does: ``a / (1 + exp(-a))``;
     ``inplace=True`` also writes the result into ``a``."""
-    out = xp.negative(a)
+    out = xp.negative(input)
     with np.errstate(over="ignore", invalid="ignore"):  # silu(-max) is -0 and silu(-inf) nan, as PyTorch's
         xp.exp(out, out=out)
         out += 1.0
-        xp.divide(a, out, out=out)
-    return _store_if_inplace(a, out, inplace)
+        xp.divide(input, out, out=out)
+    return _store_if_inplace(input, out, inplace)
 
 
 @op("relu", kind="elementwise", promote="common", template="maximum(a, 0)")
-def relu(xp, a, inplace=False):
+def relu(xp, input, inplace=False):  # noqa: A002
     """``max(a, 0)``; NaN stays NaN, integer dtypes stay integer; ``inplace=True``
     writes into ``a`` like ``F.relu(x, inplace=True)``."""
     # NOTE: False, not 0: numpy would turn a bool tensor and the Python int 0 into int64.
     if inplace:
-        return xp.maximum(a, False, out=a)
-    return xp.maximum(a, False)
+        return xp.maximum(input, False, out=input)
+    return xp.maximum(input, False)
 
 
 @op("leaky_relu", kind="elementwise", promote="float", template="where(a > 0, a, a * negative_slope)")
 @_in_place_steps
-def leaky_relu(xp, a, negative_slope=0.01, inplace=False):
+def leaky_relu(xp, input, negative_slope=0.01, inplace=False):  # noqa: A002
     """``a`` where ``a > 0``, else ``a * negative_slope``; ``inplace=True`` also writes into ``a``."""
-    out = a * negative_slope
+    out = input * negative_slope
     if 0.0 <= negative_slope <= 1.0:  # then the result is the larger of the two, in one pass
-        xp.maximum(out, a, out=out)
-        return _store_if_inplace(a, out, inplace)
-    return _store_if_inplace(a, xp.where(a > 0, a, out), inplace)
+        xp.maximum(out, input, out=out)
+        return _store_if_inplace(input, out, inplace)
+    return _store_if_inplace(input, xp.where(input > 0, input, out), inplace)
 
 
 def _store_if_inplace(a, out, inplace):
@@ -188,7 +188,7 @@ def _gelu_template(approximate="none"):
 
 @op("gelu", kind="elementwise", promote="float", template=_gelu_template)
 @_in_place_steps
-def gelu(xp, a, approximate="none"):
+def gelu(xp, input, approximate="none"):  # noqa: A002
     """Gaussian error linear unit ``a * Phi(a)``.
 
     Args:
@@ -199,17 +199,17 @@ def gelu(xp, a, approximate="none"):
         raise ShapeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     with np.errstate(over="ignore"):  # a**3 of a large a is inf on purpose: tanh(inf) is 1
         if approximate == "none":
-            out = intrinsics.erf(xp, a * _SQRT1_2)
+            out = intrinsics.erf(xp, input * _SQRT1_2)
         else:
-            out = a * a
+            out = input * input
             out *= 0.044715
             out += 1.0
-            out *= a
+            out *= input
             out *= _SQRT_2_OVER_PI
             xp.tanh(out, out=out)
     out += 1.0
     out *= 0.5  # NOTE: before the product: ``a * (1 + ...)`` overflows for a near the dtype's max, a * 0.5 * 2 does not
-    out *= a
+    out *= input
     return out
 
 
@@ -221,17 +221,17 @@ def _keep_integers(name, a):
 
 
 @op("floor", kind="elementwise", promote="common", template="floor(a)")
-def floor(xp, a):
+def floor(xp, input):  # noqa: A002
     """Round toward -inf; integer tensors are returned unchanged (copied)."""
-    kind = a.dtype.kind
-    return xp.floor(a) if kind == "f" or kind == BFLOAT16_KIND else _keep_integers("floor", a)
+    kind = input.dtype.kind
+    return xp.floor(input) if kind == "f" or kind == BFLOAT16_KIND else _keep_integers("floor", input)
 
 
 @op("ceil", kind="elementwise", promote="common", template="ceil(a)")
-def ceil(xp, a):
+def ceil(xp, input):  # noqa: A002
     """Round toward +inf; integer tensors are returned unchanged (copied)."""
-    kind = a.dtype.kind
-    return xp.ceil(a) if kind == "f" or kind == BFLOAT16_KIND else _keep_integers("ceil", a)
+    kind = input.dtype.kind
+    return xp.ceil(input) if kind == "f" or kind == BFLOAT16_KIND else _keep_integers("ceil", input)
 
 
 def _round_template(decimals=0):
@@ -242,20 +242,20 @@ def _round_template(decimals=0):
 
 
 @op("round", kind="elementwise", promote="common", template=_round_template)
-def round(xp, a, decimals=0):  # noqa: A001
+def round(xp, input, decimals=0):  # noqa: A001, A002
     """Round half to even (``round(2.5) == 2``), to ``decimals`` decimal places.
 
     Like PyTorch, ``decimals != 0`` scales by ``10 ** decimals``, rounds and
     scales back, so the result is the float nearest to that, not an exact decimal.
     """
-    kind = a.dtype.kind
+    kind = input.dtype.kind
     if kind != "f" and kind != BFLOAT16_KIND:
         if decimals != 0:
-            raise DTypeError(f"round: decimals={decimals} needs a floating-point tensor, got {a.dtype}")
-        return _keep_integers("round", a)
+            raise DTypeError(f"round: decimals={decimals} needs a floating-point tensor, got {input.dtype}")
+        return _keep_integers("round", input)
     if decimals == 0:
-        return xp.rint(a)
-    return _round_decimals(xp, a, decimals)
+        return xp.rint(input)
+    return _round_decimals(xp, input, decimals)
 
 
 @_in_place_steps
@@ -274,11 +274,11 @@ def _round_decimals(xp, a, decimals):
 
 
 @op("sign", kind="elementwise", promote="common", template="where(a > 0, 1, where(a < 0, -1, 0))")
-def sign(xp, a):
+def sign(xp, input):  # noqa: A002
     """-1, 0 or 1 by the sign of ``a``; NaN gives 0, as PyTorch's CPU kernel does."""
-    if a.dtype.kind == "b":
-        return a.copy()
-    return xp.subtract(a > 0, a < 0, dtype=a.dtype)
+    if input.dtype.kind == "b":
+        return input.copy()
+    return xp.subtract(input > 0, input < 0, dtype=input.dtype)
 
 
 def _clamp_template(min=None, max=None):  # noqa: A002
@@ -287,11 +287,11 @@ def _clamp_template(min=None, max=None):  # noqa: A002
     return "maximum(a, min)" if max is None else "minimum(maximum(a, min), max)"
 
 
-def _clamp_rule(a, min=None, max=None):  # noqa: A002
+def _clamp_rule(input, min=None, max=None):  # noqa: A002
     bounds = [v for v in (min, max) if v is not None]
     if not bounds:
         raise _no_bounds()
-    return promoted_meta("clamp", a, *bounds)
+    return promoted_meta("clamp", input, *bounds)
 
 
 # numpy's clip loop is several times faster than maximum + minimum on large arrays, slower on small ones
@@ -316,7 +316,7 @@ def _needs_cast(a, bound):
 
 
 @op("clamp", kind="elementwise", promote="common", template=_clamp_template, shape_rule=_clamp_rule)
-def clamp(xp, a, min=None, max=None):  # noqa: A002
+def clamp(xp, input, min=None, max=None):  # noqa: A002
     """Limit ``a`` to ``[min, max]``: ``minimum(maximum(a, min), max)``.
 
     ``min`` and ``max`` are numbers or tensors (broadcast against ``a``) and take
@@ -325,13 +325,13 @@ def clamp(xp, a, min=None, max=None):  # noqa: A002
     """
     if min is None and max is None:
         raise _no_bounds()
-    if _needs_cast(a, min) or _needs_cast(a, max):
-        a, min, max = _cast_to_result(a, min, max)
-    if min is not None and max is not None and a.size >= _CLIP_SIZE and a.dtype.kind != BFLOAT16_KIND:
-        return xp.clip(a, min, max)
+    if _needs_cast(input, min) or _needs_cast(input, max):
+        input, min, max = _cast_to_result(input, min, max)
+    if min is not None and max is not None and input.size >= _CLIP_SIZE and input.dtype.kind != BFLOAT16_KIND:
+        return xp.clip(input, min, max)
     if min is None:
-        return xp.minimum(a, max)
-    out = xp.maximum(a, min)
+        return xp.minimum(input, max)
+    out = xp.maximum(input, min)
     if max is None:
         return out
     if out.ndim and not hasattr(max, "shape"):  # a number: update the buffer in place
@@ -347,18 +347,18 @@ def _cast_to_result(*values):
 
 
 @op("logical_not", kind="elementwise", promote="bool", template="logical_not(a)")
-def logical_not(xp, a):
+def logical_not(xp, input):  # noqa: A002
     """``not a`` elementwise, as a bool tensor (nonzero is true)."""
-    return xp.logical_not(a)
+    return xp.logical_not(input)
 
 
 @op("isnan", kind="elementwise", promote="compare", template="isnan(a)")
-def isnan(xp, a):
+def isnan(xp, input):  # noqa: A002
     """Where ``a`` is NaN, as a bool tensor (all false for integer tensors)."""
-    return xp.isnan(a)
+    return xp.isnan(input)
 
 
 @op("bitwise_not", kind="elementwise", promote="integer", template="~a")
-def bitwise_not(xp, a):
+def bitwise_not(xp, input):  # noqa: A002
     """``~a``: logical not for bool tensors, two's complement for integers."""
-    return xp.invert(a)
+    return xp.invert(input)

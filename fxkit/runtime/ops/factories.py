@@ -172,15 +172,22 @@ def randn(xp, *size, dtype=None, requires_grad=False):
                                 "standard_normal"), requires_grad)
 
 
-def _like_rule(a, *args, dtype=None, device=None, requires_grad=False, **kw):
-    return TensorMeta(a.shape, _dt.as_dtype(dtype) or a.dtype, Device(device) if device else a.device)
+def _like_rule(input, *args, dtype=None, device=None, requires_grad=False, **kw):  # noqa: A002
+    return TensorMeta(input.shape, _dt.as_dtype(dtype) or input.dtype, Device(device) if device else input.device)
 
 
 def _make_like(name, fn):
-    def impl(xp, a, *args, dtype=None, requires_grad=False):
+    def like(xp, input, args, dtype, requires_grad):  # noqa: A002
         if not name.startswith("rand"):  # NOTE: _random_floats charges the random ones
-            charge(a.shape, np.dtype(dtype.np if dtype else a.dtype).itemsize, name)
-        return _leaf(fn(xp, a.shape, *args, dtype=(dtype.np if dtype else a.dtype)), requires_grad)
+            charge(input.shape, np.dtype(dtype.np if dtype else input.dtype).itemsize, name)
+        return _leaf(fn(xp, input.shape, *args, dtype=(dtype.np if dtype else input.dtype)), requires_grad)
+
+    if name == "full_like":
+        def impl(xp, input, fill_value, *, dtype=None, requires_grad=False):  # noqa: A002
+            return like(xp, input, (fill_value,), dtype, requires_grad)
+    else:
+        def impl(xp, input, *, dtype=None, requires_grad=False):  # noqa: A002
+            return like(xp, input, (), dtype, requires_grad)
 
     impl.__doc__ = f"``{name}(x)``: like ``{name[:-5]}`` with the shape and dtype of ``x``."
     kind = "random" if name.startswith("rand") else "other"

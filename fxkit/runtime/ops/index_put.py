@@ -41,19 +41,19 @@ def _check_values(name, a_dtype, values):
                          f"cast values with .to({a_dtype.name})")
 
 
-def _index_put_rule(a, indices, values, accumulate=False):
+def _index_put_rule(input, indices, values, accumulate=False):  # noqa: A002
     items = _items("index_put", indices)
-    _check_values("index_put", a.dtype, values)
+    _check_values("index_put", input.dtype, values)
     if not any(isinstance(i, TensorMeta) and i.dtype is _dt.bool_
                                                   for i in items):
-        first, second = torch_index(items, len(a.shape), "index_put")
-        target = numpy_index_shape(tuple(a.shape), first, "index_put")
+        first, second = torch_index(items, len(input.shape), "index_put")
+        target = numpy_index_shape(tuple(input.shape), first, "index_put")
         if second is not None:
             target = numpy_index_shape(target, second, "index_put")
         if broadcast_shapes(tuple(values.shape), target, op_name="index_put") != tuple(target):
             raise ShapeError(f"index_put: shape mismatch: values of shape {list(values.shape)} cannot be "
                              f"broadcast to the indexing result of shape {list(target)}")
-    return TensorMeta(tuple(a.shape), a.dtype, a.device)
+    return TensorMeta(tuple(input.shape), input.dtype, input.device)
 
 
 def _as_integers(xp, items, shape):
@@ -76,7 +76,7 @@ def _as_integers(xp, items, shape):
 
 
 @op("index_put", kind="other", shape_rule=_index_put_rule)
-def index_put(xp, a, indices, values, accumulate=False):
+def index_put(xp, input, indices, values, accumulate=False):  # noqa: A002
     """A copy of ``a`` with ``out[indices] = values`` (``+=`` with ``accumulate``).
 
     Args:
@@ -91,9 +91,9 @@ def index_put(xp, a, indices, values, accumulate=False):
         tensor([2., 0., 1.])
     """
     items = _items("index_put", indices)
-    _check_values("index_put", _dt.from_numpy(a.dtype), values)
-    out = a.copy()
-    first, second = torch_index(items, a.ndim, "index_put")
+    _check_values("index_put", _dt.from_numpy(input.dtype), values)
+    out = input.copy()
+    first, second = torch_index(items, input.ndim, "index_put")
     try:
         if not accumulate:
             if second is None:
@@ -104,10 +104,11 @@ def index_put(xp, a, indices, values, accumulate=False):
         view = out if second is None else out[first]
         where = _as_integers(xp, first if second is None else second, view.shape)
         target = view[where].shape
-        combine_at(xp, "add", view, where, xp.broadcast_to(xp.asarray(values, a.dtype), target))
+        combine_at(xp, "add", view, where, xp.broadcast_to(xp.asarray(values, input.dtype), target))
     except IndexError as exc:
-        raise _out_of_range("index_put", exc, a, indices) from None
+        raise _out_of_range("index_put", exc, input, indices) from None
     except ValueError as exc:
-        raise ShapeError(f"index_put: shape mismatch: values of shape {list(getattr(values, 'shape', ()))} cannot "
-                         f"be broadcast to the indexing result of tensor of shape {list(a.shape)} ({exc})") from None
+        shape = list(getattr(values, 'shape', ()))
+        raise ShapeError(f"index_put: shape mismatch: values of shape {shape} cannot be broadcast to the "
+                         f"indexing result of tensor of shape {list(input.shape)} ({exc})") from None
     return out

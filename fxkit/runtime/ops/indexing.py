@@ -272,20 +272,20 @@ def _along(xp, index, d):
                  for i in range(ndim))
 
 
-def _gather_rule(a, dim, index):
-    along_layout("gather", tuple(a.shape), dim, index)
-    return TensorMeta(tuple(index.shape), a.dtype, a.device)
+def _gather_rule(input, dim, index):  # noqa: A002
+    along_layout("gather", tuple(input.shape), dim, index)
+    return TensorMeta(tuple(index.shape), input.dtype, input.device)
 
 
 @op("gather", kind="other", shape_rule=_gather_rule)
-def gather(xp, a, dim, index):
+def gather(xp, input, dim, index):  # noqa: A002
     """``out[i][j] = a[i][index[i][j]]`` for ``dim=1``: values picked along ``dim``."""
-    d = along_layout("gather", a.shape, dim, index)
+    d = along_layout("gather", input.shape, dim, index)
     shape = index.shape
-    if a.ndim == 0 or index.ndim == 0:
-        a, index = a.reshape(-1), index.reshape(-1)
-    _check_bounds("gather", index, d, a.shape[d])
-    return a[_along(xp, index, d)].reshape(shape)
+    if input.ndim == 0 or index.ndim == 0:
+        input, index = input.reshape(-1), index.reshape(-1)
+    _check_bounds("gather", index, d, input.shape[d])
+    return input[_along(xp, index, d)].reshape(shape)
 
 
 def _scatter_source(src, value):
@@ -304,13 +304,13 @@ def _check_reduce(reduce):
         raise ValueError(f"scatter: reduce argument must be either 'add' or 'multiply', got {reduce!r}")
 
 
-def _scatter_rule(a, dim, index, src=None, value=None, reduce=None):
+def _scatter_rule(input, dim, index, src=None, value=None, reduce=None):  # noqa: A002
     _check_reduce(reduce)
     src, value = _scatter_source(src, value)
-    along_layout("scatter", tuple(a.shape), dim, index, None if src is None else tuple(src.shape))
-    if src is not None and src.dtype is not a.dtype:
-        raise _scatter_dtype_error(a.dtype, src.dtype)
-    return TensorMeta(tuple(a.shape), a.dtype, a.device)
+    along_layout("scatter", tuple(input.shape), dim, index, None if src is None else tuple(src.shape))
+    if src is not None and src.dtype is not input.dtype:
+        raise _scatter_dtype_error(input.dtype, src.dtype)
+    return TensorMeta(tuple(input.shape), input.dtype, input.device)
 
 
 def _scatter_dtype_error(a_dtype, src_dtype):
@@ -319,7 +319,7 @@ def _scatter_dtype_error(a_dtype, src_dtype):
 
 
 @op("scatter", kind="other", shape_rule=_scatter_rule)
-def scatter(xp, a, dim, index, src=None, value=None, reduce=None):
+def scatter(xp, input, dim, index, src=None, value=None, reduce=None):  # noqa: A002
     """A copy of ``a`` with ``out[i][index[i][j]] = src[i][j]`` for ``dim=1`` (or ``value``).
 
     ``reduce='add'`` or ``'multiply'`` combines instead of overwriting: repeated
@@ -327,15 +327,15 @@ def scatter(xp, a, dim, index, src=None, value=None, reduce=None):
     """
     _check_reduce(reduce)
     src, value = _scatter_source(src, value)
-    d = along_layout("scatter", a.shape, dim, index, None if src is None else src.shape)
-    if src is not None and src.dtype != a.dtype:
-        raise _scatter_dtype_error(_dt.from_numpy(a.dtype), _dt.from_numpy(src.dtype))
-    shape = a.shape
-    if a.ndim == 0 or index.ndim == 0:
-        a, index = a.reshape(-1), index.reshape(-1)
+    d = along_layout("scatter", input.shape, dim, index, None if src is None else src.shape)
+    if src is not None and src.dtype != input.dtype:
+        raise _scatter_dtype_error(_dt.from_numpy(input.dtype), _dt.from_numpy(src.dtype))
+    shape = input.shape
+    if input.ndim == 0 or index.ndim == 0:
+        input, index = input.reshape(-1), index.reshape(-1)
         src = None if src is None else src.reshape(-1)
-    _check_bounds("scatter", index, d, a.shape[d])
-    out = a.copy()
+    _check_bounds("scatter", index, d, input.shape[d])
+    out = input.copy()
     fill = value if src is None else src[tuple(slice(0, s) for s in index.shape)]
     where = _along(xp, index, d)
     if reduce is None:
@@ -372,19 +372,19 @@ def _index_select_shape(name, shape, dim, index):
     return d, tuple(shape[:d]) + (math.prod(index.shape),) + tuple(shape[d + 1:])
 
 
-def _index_select_rule(a, dim, index):
-    _, shape = _index_select_shape("index_select", a.shape, dim, index)
-    return TensorMeta(shape, a.dtype, a.device)
+def _index_select_rule(input, dim, index):  # noqa: A002
+    _, shape = _index_select_shape("index_select", input.shape, dim, index)
+    return TensorMeta(shape, input.dtype, input.device)
 
 
 @op("index_select", kind="other", shape_rule=_index_select_rule)
-def index_select(xp, a, dim, index):
+def index_select(xp, input, dim, index):  # noqa: A002
     """The entries of ``a`` at positions ``index`` (a vector) along ``dim``."""
-    d, shape = _index_select_shape("index_select", a.shape, dim, index)
+    d, shape = _index_select_shape("index_select", input.shape, dim, index)
     index = index.reshape(-1)
-    n = a.shape[d] if a.ndim else 1
+    n = input.shape[d] if input.ndim else 1
     _check_bounds("index_select", index, d, n)
-    return xp.take(a.reshape(-1) if not a.ndim else a, index, axis=d).reshape(shape)
+    return xp.take(input.reshape(-1) if not input.ndim else input, index, axis=d).reshape(shape)
 
 
 def _masked_fill_check(mask, value):
@@ -398,17 +398,17 @@ def _masked_fill_check(mask, value):
                          f"{list(value.shape)}")
 
 
-def _masked_fill_rule(a, mask, value):
+def _masked_fill_rule(input, mask, value):  # noqa: A002
     _masked_fill_check(mask, value)
-    return TensorMeta(broadcast_shapes(a.shape, mask.shape, op_name="masked_fill"), a.dtype, a.device)
+    return TensorMeta(broadcast_shapes(input.shape, mask.shape, op_name="masked_fill"), input.dtype, input.device)
 
 
 @op("masked_fill", kind="elementwise", promote="keep", template="where(b, c, a)", shape_rule=_masked_fill_rule)
-def masked_fill(xp, a, mask, value):
+def masked_fill(xp, input, mask, value):  # noqa: A002
     """``value`` where ``mask`` is True, else ``a``; the result keeps ``a``'s dtype."""
     _masked_fill_check(mask, value)
-    value = value.astype(a.dtype) if hasattr(value, "shape") else a.dtype.type(value)
-    return xp.where(mask, value, a)
+    value = value.astype(input.dtype) if hasattr(value, "shape") else input.dtype.type(value)
+    return xp.where(mask, value, input)
 
 
 def _check_matrix(name, shape):
@@ -417,22 +417,22 @@ def _check_matrix(name, shape):
 
 
 def _triangle_rule(name):
-    def rule(a, diagonal=0):
-        _check_matrix(name, a.shape)
-        return TensorMeta(tuple(a.shape), a.dtype, a.device)
+    def rule(input, diagonal=0):  # noqa: A002
+        _check_matrix(name, input.shape)
+        return TensorMeta(tuple(input.shape), input.dtype, input.device)
 
     return rule
 
 
 @op("tril", kind="other", shape_rule=_triangle_rule("tril"))
-def tril(xp, a, diagonal=0):
+def tril(xp, input, diagonal=0):  # noqa: A002
     """The lower triangle of the last two dims (on and below ``diagonal``); the rest zeroed."""
-    _check_matrix("tril", a.shape)
-    return xp.tril(a, int_arg(diagonal, "tril", "diagonal"))
+    _check_matrix("tril", input.shape)
+    return xp.tril(input, int_arg(diagonal, "tril", "diagonal"))
 
 
 @op("triu", kind="other", shape_rule=_triangle_rule("triu"))
-def triu(xp, a, diagonal=0):
+def triu(xp, input, diagonal=0):  # noqa: A002
     """The upper triangle of the last two dims (on and above ``diagonal``); the rest zeroed."""
-    _check_matrix("triu", a.shape)
-    return xp.triu(a, int_arg(diagonal, "triu", "diagonal"))
+    _check_matrix("triu", input.shape)
+    return xp.triu(input, int_arg(diagonal, "triu", "diagonal"))

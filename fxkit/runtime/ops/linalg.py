@@ -72,22 +72,22 @@ def _scaled_shape(name, input_shape, out_shape, role="input"):
 
 
 # -- matmul, mm, bmm -------------------------------------------------------------
-def _matmul_rule(a, b):
-    return TensorMeta(_matmul_shape(a.shape, b.shape), _same_dtype("matmul", a, b), a.device)
+def _matmul_rule(input, other):  # noqa: A002
+    return TensorMeta(_matmul_shape(input.shape, other.shape), _same_dtype("matmul", input, other), input.device)
 
 
 @op("matmul", kind="matmul", shape_rule=_matmul_rule)
-def matmul(xp, a, b):
+def matmul(xp, input, other):  # noqa: A002
     """Matrix product with numpy's broadcasting of batch dimensions (``a @ b``)."""
-    dtype = a.dtype
-    if dtype != b.dtype:
-        raise _dt_error("matmul", dtype, b.dtype)
+    dtype = input.dtype
+    if dtype != other.dtype:
+        raise _dt_error("matmul", dtype, other.dtype)
     if dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(matmul.impl, xp, a, b)
+        return run_in_float32(matmul.impl, xp, input, other)
     try:
-        return xp.matmul(a, b)
+        return xp.matmul(input, other)
     except ValueError:
-        _matmul_shape(a.shape, b.shape)
+        _matmul_shape(input.shape, other.shape)
         raise
 
 
@@ -96,21 +96,21 @@ def _mm_shape(name, a_shape, b_shape):
     return _matmul_shape(a_shape, b_shape, name)
 
 
-def _mm_rule(a, b):
-    return TensorMeta(_mm_shape("mm", a.shape, b.shape), _same_dtype("mm", a, b), a.device)
+def _mm_rule(input, mat2):  # noqa: A002
+    return TensorMeta(_mm_shape("mm", input.shape, mat2.shape), _same_dtype("mm", input, mat2), input.device)
 
 
 @op("mm", kind="matmul", shape_rule=_mm_rule)
-def mm(xp, a, b):
+def mm(xp, input, mat2):  # noqa: A002
     """Product of two matrices (2-D only; `matmul` broadcasts)."""
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        _mm_shape("mm", a.shape, b.shape)
-    dtype = a.dtype
-    if dtype != b.dtype:
-        raise _dt_error("mm", dtype, b.dtype)
+    if input.ndim != 2 or mat2.ndim != 2 or input.shape[1] != mat2.shape[0]:
+        _mm_shape("mm", input.shape, mat2.shape)
+    dtype = input.dtype
+    if dtype != mat2.dtype:
+        raise _dt_error("mm", dtype, mat2.dtype)
     if dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(mm.impl, xp, a, b)
-    return xp.matmul(a, b)
+        return run_in_float32(mm.impl, xp, input, mat2)
+    return xp.matmul(input, mat2)
 
 
 def _bmm_shape(name, a_shape, b_shape):
@@ -121,21 +121,21 @@ def _bmm_shape(name, a_shape, b_shape):
     return _matmul_shape(a_shape, b_shape, name)
 
 
-def _bmm_rule(a, b):
-    return TensorMeta(_bmm_shape("bmm", a.shape, b.shape), _same_dtype("bmm", a, b), a.device)
+def _bmm_rule(input, mat2):  # noqa: A002
+    return TensorMeta(_bmm_shape("bmm", input.shape, mat2.shape), _same_dtype("bmm", input, mat2), input.device)
 
 
 @op("bmm", kind="matmul", shape_rule=_bmm_rule)
-def bmm(xp, a, b):
+def bmm(xp, input, mat2):  # noqa: A002
     """Batched product of ``(B, n, m)`` and ``(B, m, p)`` tensors (no batch broadcasting)."""
-    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        _bmm_shape("bmm", a.shape, b.shape)
-    dtype = a.dtype
-    if dtype != b.dtype:
-        raise _dt_error("bmm", dtype, b.dtype)
+    if input.ndim != 3 or mat2.ndim != 3 or input.shape[0] != mat2.shape[0] or input.shape[2] != mat2.shape[1]:
+        _bmm_shape("bmm", input.shape, mat2.shape)
+    dtype = input.dtype
+    if dtype != mat2.dtype:
+        raise _dt_error("bmm", dtype, mat2.dtype)
     if dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(bmm.impl, xp, a, b)
-    return xp.matmul(a, b)
+        return run_in_float32(bmm.impl, xp, input, mat2)
+    return xp.matmul(input, mat2)
 
 
 # -- linear ------------------------------------------------------------------------
@@ -158,28 +158,28 @@ def _linear_shape(x_shape, w_shape, b_shape):
     return out
 
 
-def _linear_rule(x, weight, bias=None):
-    metas = (x, weight) if bias is None else (x, weight, bias)
+def _linear_rule(input, weight, bias=None):  # noqa: A002
+    metas = (input, weight) if bias is None else (input, weight, bias)
     dtype = _same_dtype("linear", *metas)
-    return TensorMeta(_linear_shape(x.shape, weight.shape, None if bias is None else bias.shape),
-                      dtype, x.device)
+    return TensorMeta(_linear_shape(input.shape, weight.shape, None if bias is None else bias.shape),
+                      dtype, input.device)
 
 
 @op("linear", kind="matmul", shape_rule=_linear_rule, method=False)
-def linear(xp, x, weight, bias=None):
+def linear(xp, input, weight, bias=None):  # noqa: A002
     """``x @ weight.T + bias`` with PyTorch's layout: ``weight`` is ``(out_features, in_features)``.
 
     BLAS reads ``weight.T`` without a copy and the bias is added in place to the fresh product.
     """
-    dtype = x.dtype
+    dtype = input.dtype
     if dtype != weight.dtype or (bias is not None and bias.dtype != dtype):
-        raise _dt_error("linear", *(t.dtype for t in (x, weight, bias) if t is not None))
+        raise _dt_error("linear", *(t.dtype for t in (input, weight, bias) if t is not None))
     if dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(linear.impl, xp, x, weight, bias)
+        return run_in_float32(linear.impl, xp, input, weight, bias)
     try:
-        out = xp.matmul(x, weight.T)
+        out = xp.matmul(input, weight.T)
     except ValueError:
-        _linear_shape(x.shape, weight.shape, None)
+        _linear_shape(input.shape, weight.shape, None)
         raise
     if bias is not None:
         if not out.ndim:  # a 1-D input and weight give a numpy scalar, which ``+=`` would rebind
@@ -187,7 +187,7 @@ def linear(xp, x, weight, bias=None):
         try:
             out += bias
         except ValueError:
-            _linear_shape(x.shape, weight.shape, bias.shape)
+            _linear_shape(input.shape, weight.shape, bias.shape)
             raise
     return out
 
@@ -216,40 +216,40 @@ def _scaled_product(xp, name, inp, product, beta, alpha):
     return product
 
 
-def _addmm_rule(inp, a, b, *, beta=1, alpha=1):
-    out = _mm_shape("addmm", a.shape, b.shape)
-    _scaled_shape("addmm", inp.shape, out)
-    return TensorMeta(out, _same_dtype("addmm", inp, a, b), a.device)
+def _addmm_rule(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
+    out = _mm_shape("addmm", mat1.shape, mat2.shape)
+    _scaled_shape("addmm", input.shape, out)
+    return TensorMeta(out, _same_dtype("addmm", input, mat1, mat2), mat1.device)
 
 
 @op("addmm", kind="matmul", shape_rule=_addmm_rule)
-def addmm(xp, inp, a, b, *, beta=1, alpha=1):
+def addmm(xp, input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
     """``beta * inp + alpha * (a @ b)`` for matrices ``a``, ``b``; ``inp`` broadcasts to the product."""
-    if inp.dtype != a.dtype or a.dtype != b.dtype:
-        raise _dt_error("addmm", inp.dtype, a.dtype, b.dtype)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        _mm_shape("addmm", a.shape, b.shape)
-    if a.dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(addmm.impl, xp, inp, a, b, beta=beta, alpha=alpha)
-    return _scaled_product(xp, "addmm", inp, xp.matmul(a, b), beta, alpha)
+    if input.dtype != mat1.dtype or mat1.dtype != mat2.dtype:
+        raise _dt_error("addmm", input.dtype, mat1.dtype, mat2.dtype)
+    if mat1.ndim != 2 or mat2.ndim != 2 or mat1.shape[1] != mat2.shape[0]:
+        _mm_shape("addmm", mat1.shape, mat2.shape)
+    if mat1.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(addmm.impl, xp, input, mat1, mat2, beta=beta, alpha=alpha)
+    return _scaled_product(xp, "addmm", input, xp.matmul(mat1, mat2), beta, alpha)
 
 
-def _baddbmm_rule(inp, a, b, *, beta=1, alpha=1):
-    out = _bmm_shape("baddbmm", a.shape, b.shape)
-    _scaled_shape("baddbmm", inp.shape, out)
-    return TensorMeta(out, _same_dtype("baddbmm", inp, a, b), a.device)
+def _baddbmm_rule(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    out = _bmm_shape("baddbmm", batch1.shape, batch2.shape)
+    _scaled_shape("baddbmm", input.shape, out)
+    return TensorMeta(out, _same_dtype("baddbmm", input, batch1, batch2), batch1.device)
 
 
 @op("baddbmm", kind="matmul", shape_rule=_baddbmm_rule)
-def baddbmm(xp, inp, a, b, *, beta=1, alpha=1):
+def baddbmm(xp, input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
     """``beta * inp + alpha * bmm(a, b)``; ``inp`` broadcasts to the ``(B, n, p)`` product."""
-    if inp.dtype != a.dtype or a.dtype != b.dtype:
-        raise _dt_error("baddbmm", inp.dtype, a.dtype, b.dtype)
-    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        _bmm_shape("baddbmm", a.shape, b.shape)
-    if a.dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(baddbmm.impl, xp, inp, a, b, beta=beta, alpha=alpha)
-    return _scaled_product(xp, "baddbmm", inp, xp.matmul(a, b), beta, alpha)
+    if input.dtype != batch1.dtype or batch1.dtype != batch2.dtype:
+        raise _dt_error("baddbmm", input.dtype, batch1.dtype, batch2.dtype)
+    if batch1.ndim != 3 or batch2.ndim != 3 or batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
+        _bmm_shape("baddbmm", batch1.shape, batch2.shape)
+    if batch1.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(baddbmm.impl, xp, input, batch1, batch2, beta=beta, alpha=alpha)
+    return _scaled_product(xp, "baddbmm", input, xp.matmul(batch1, batch2), beta, alpha)
 
 
 # -- einsum ---------------------------------------------------------------------------

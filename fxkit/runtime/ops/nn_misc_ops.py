@@ -146,16 +146,16 @@ def _check_one_hot(tensor, num_classes):
         raise ShapeError(f"one_hot: num_classes must be -1 (inferred) or a non-negative int, got {num_classes!r}")
 
 
-def _one_hot_rule(tensor, num_classes=-1):
-    _check_one_hot(tensor, num_classes)
+def _one_hot_rule(input, num_classes=-1):
+    _check_one_hot(input, num_classes)
     if num_classes == -1:
         raise ShapeError("one_hot: with num_classes=-1 the output size is the largest value + 1, which depends "
                          "on the data; pass num_classes explicitly to infer shapes without running")
-    return TensorMeta(tuple(tensor.shape) + (num_classes,), _dt.int64, tensor.device)
+    return TensorMeta(tuple(input.shape) + (num_classes,), _dt.int64, input.device)
 
 
 @op("one_hot", kind="other", method=False, shape_rule=_one_hot_rule)
-def one_hot(xp, tensor, num_classes=-1):
+def one_hot(xp, input, num_classes=-1):
     """An int64 tensor of shape ``(*tensor.shape, num_classes)`` with a 1 at each
     index of ``tensor`` and 0 elsewhere; ``num_classes=-1`` uses ``tensor.max() + 1``.
 
@@ -164,9 +164,9 @@ def one_hot(xp, tensor, num_classes=-1):
         tensor([[1, 0, 0],
                 [0, 0, 1]])
     """
-    _check_one_hot(tensor, num_classes)
-    if tensor.size:
-        low, high = int(tensor.min()), int(tensor.max())
+    _check_one_hot(input, num_classes)
+    if input.size:
+        low, high = int(input.min()), int(input.max())
         if low < 0:
             raise IndexOutOfRangeError(f"one_hot: class values must be non-negative, got {low}")
         if num_classes == -1:
@@ -175,8 +175,8 @@ def one_hot(xp, tensor, num_classes=-1):
             raise IndexOutOfRangeError(f"one_hot: class values must be smaller than num_classes={num_classes}, "
                                        f"got {high}")
     elif num_classes == -1:
-        raise ShapeError(f"one_hot: cannot infer num_classes from an empty tensor (shape {shown(tensor.shape)}); "
+        raise ShapeError(f"one_hot: cannot infer num_classes from an empty tensor (shape {shown(input.shape)}); "
                          f"pass num_classes")
-    out = xp.zeros((tensor.size, num_classes), dtype=np.int64)
-    out[xp.arange(tensor.size), tensor.reshape(-1)] = 1
-    return out.reshape(tuple(tensor.shape) + (num_classes,))
+    out = xp.zeros((input.size, num_classes), dtype=np.int64)
+    out[xp.arange(input.size), input.reshape(-1)] = 1
+    return out.reshape(tuple(input.shape) + (num_classes,))

@@ -127,16 +127,21 @@ def _repeat_shape(shape, sizes, name="repeat"):
     return tuple(n * r for n, r in zip(shape, sizes))
 
 
-def _repeat_rule(a, *sizes):
-    return TensorMeta(_repeat_shape(a.shape, shape_arg(sizes, "repeat")), a.dtype, a.device)
+def _repeat_sizes(sizes, repeats):
+    return shape_arg(positional_or_keyword(sizes, repeats, "repeat", "repeats"), "repeat")
+
+
+def _repeat_rule(input, *sizes, repeats=None):  # noqa: A002
+    return TensorMeta(_repeat_shape(input.shape, _repeat_sizes(sizes, repeats)), input.dtype, input.device)
 
 
 @op("repeat", kind="other", shape_rule=_repeat_rule)
-def repeat(xp, a, *sizes):
-    """The data copied ``sizes[i]`` times along each dimension (new leading dims allowed)."""
-    sizes = shape_arg(sizes, "repeat")
-    _repeat_shape(a.shape, sizes)
-    return xp.tile(a, sizes)
+def repeat(xp, input, *sizes, repeats=None):  # noqa: A002
+    """The data copied ``sizes[i]`` times along each dimension (new leading dims allowed);
+    ``x.repeat(2, 3)`` or ``x.repeat(repeats=(2, 3))``."""
+    sizes = _repeat_sizes(sizes, repeats)
+    _repeat_shape(input.shape, sizes)
+    return xp.tile(input, sizes)
 
 
 def _tile_sizes(shape, args, dims):
@@ -144,16 +149,17 @@ def _tile_sizes(shape, args, dims):
     return (1,) * (len(shape) - len(dims)) + dims
 
 
-def _tile_rule(a, *args, dims=None):
-    return TensorMeta(_repeat_shape(a.shape, _tile_sizes(a.shape, args, dims), "tile"), a.dtype, a.device)
+def _tile_rule(input, *args, dims=None):  # noqa: A002
+    shape = _repeat_shape(input.shape, _tile_sizes(input.shape, args, dims), "tile")
+    return TensorMeta(shape, input.dtype, input.device)
 
 
 @op("tile", kind="other", shape_rule=_tile_rule)
-def tile(xp, a, *args, dims=None):
+def tile(xp, input, *args, dims=None):  # noqa: A002
     """``repeat`` where fewer ``dims`` than dimensions repeat the trailing ones."""
-    sizes = _tile_sizes(a.shape, args, dims)
-    _repeat_shape(a.shape, sizes, "tile")
-    return xp.tile(a, sizes)
+    sizes = _tile_sizes(input.shape, args, dims)
+    _repeat_shape(input.shape, sizes, "tile")
+    return xp.tile(input, sizes)
 
 
 def _same_rule(a):
@@ -164,16 +170,16 @@ def _flip_axes(ndim, args, dims):
     return normalize_dims(shape_arg(positional_or_keyword(args, dims, "flip", "dims"), "flip"), ndim, "flip")
 
 
-def _flip_rule(a, *args, dims=None):
-    _flip_axes(len(a.shape), args, dims)
-    return _same_rule(a)
+def _flip_rule(input, *args, dims=None):  # noqa: A002
+    _flip_axes(len(input.shape), args, dims)
+    return _same_rule(input)
 
 
 @op("flip", kind="other", shape_rule=_flip_rule)
-def flip(xp, a, *args, dims=None):
+def flip(xp, input, *args, dims=None):  # noqa: A002
     """The order of elements reversed along ``dims`` (a contiguous copy, like PyTorch)."""
-    axes = _flip_axes(a.ndim, args, dims)
-    return xp.ascontiguousarray(xp.flip(a, axes)) if axes else a.copy()
+    axes = _flip_axes(input.ndim, args, dims)
+    return xp.ascontiguousarray(xp.flip(input, axes)) if axes else input.copy()
 
 
 def _roll_args(ndim, shifts, dims):
@@ -190,16 +196,16 @@ def _roll_args(ndim, shifts, dims):
     return tuple(shifts), tuple(normalize_dim(d, ndim, "roll") for d in dims)
 
 
-def _roll_rule(a, shifts, dims=None):
-    _roll_args(len(a.shape), shifts, dims)
-    return _same_rule(a)
+def _roll_rule(input, shifts, dims=None):  # noqa: A002
+    _roll_args(len(input.shape), shifts, dims)
+    return _same_rule(input)
 
 
 @op("roll", kind="other", shape_rule=_roll_rule)
-def roll(xp, a, shifts, dims=None):
+def roll(xp, input, shifts, dims=None):  # noqa: A002
     """Elements shifted cyclically along ``dims``; with no dims, over the flattened tensor."""
-    shifts, axes = _roll_args(a.ndim, shifts, dims)
-    return xp.roll(a, shifts, axes)
+    shifts, axes = _roll_args(input.ndim, shifts, dims)
+    return xp.roll(input, shifts, axes)
 
 
 def pad_layout(shape, pad, mode, value):

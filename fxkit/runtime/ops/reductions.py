@@ -64,33 +64,33 @@ def _reduced(a, dim, keepdim, name, dtype):
 
 
 # -- sum, prod, mean -----------------------------------------------------------
-def _sum_rule(a, dim=None, keepdim=False, dtype=None):
-    return _reduced(a, dim, keepdim, "sum", _accumulate_dtype(a.dtype, dtype))
+def _sum_rule(input, dim=None, keepdim=False, dtype=None):  # noqa: A002
+    return _reduced(input, dim, keepdim, "sum", _accumulate_dtype(input.dtype, dtype))
 
 
 @op("sum", kind="reduction", shape_rule=_sum_rule)
-def sum(xp, a, dim=None, keepdim=False, dtype=None):  # noqa: A001
+def sum(xp, input, dim=None, keepdim=False, dtype=None):  # noqa: A001, A002
     """Sum over ``dim``; integer and bool inputs sum to int64 like PyTorch."""
-    axes = normalize_dims(dim, a.ndim, "sum")
-    out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
+    axes = normalize_dims(dim, input.ndim, "sum")
+    out = _accumulate_dtype(_dt.from_numpy(input.dtype), dtype).np
     if out.kind == BFLOAT16_KIND:
-        return accumulated(xp.sum, a, out, axis=axes, keepdims=keepdim)
+        return accumulated(xp.sum, input, out, axis=axes, keepdims=keepdim)
     # NOTE: the array's method, not xp.sum: numpy's wrapper costs more than the sum of a small tensor.
-    return a.sum(axis=axes, keepdims=keepdim, dtype=out)
+    return input.sum(axis=axes, keepdims=keepdim, dtype=out)
 
 
-def _prod_rule(a, dim=None, keepdim=False, dtype=None):
-    return _reduced(a, dim, keepdim, "prod", _accumulate_dtype(a.dtype, dtype))
+def _prod_rule(input, dim=None, keepdim=False, dtype=None):  # noqa: A002
+    return _reduced(input, dim, keepdim, "prod", _accumulate_dtype(input.dtype, dtype))
 
 
 @op("prod", kind="reduction", shape_rule=_prod_rule)
-def prod(xp, a, dim=None, keepdim=False, dtype=None):
+def prod(xp, input, dim=None, keepdim=False, dtype=None):  # noqa: A002
     """Product over ``dim``; the product of nothing is 1; integers and bools give int64."""
-    axes = normalize_dims(dim, a.ndim, "prod")
-    out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
+    axes = normalize_dims(dim, input.ndim, "prod")
+    out = _accumulate_dtype(_dt.from_numpy(input.dtype), dtype).np
     if out.kind == BFLOAT16_KIND:
-        return accumulated(xp.prod, a, out, axis=axes, keepdims=keepdim)
-    return a.prod(axis=axes, keepdims=keepdim, dtype=out)
+        return accumulated(xp.prod, input, out, axis=axes, keepdims=keepdim)
+    return input.prod(axis=axes, keepdims=keepdim, dtype=out)
 
 
 def _mean_dtype(dtype, explicit):
@@ -101,25 +101,25 @@ def _mean_dtype(dtype, explicit):
     return out
 
 
-def _mean_rule(a, dim=None, keepdim=False, dtype=None):
-    return _reduced(a, dim, keepdim, "mean", _mean_dtype(a.dtype, dtype))
+def _mean_rule(input, dim=None, keepdim=False, dtype=None):  # noqa: A002
+    return _reduced(input, dim, keepdim, "mean", _mean_dtype(input.dtype, dtype))
 
 
 @op("mean", kind="reduction", shape_rule=_mean_rule)
-def mean(xp, a, dim=None, keepdim=False, dtype=None):
+def mean(xp, input, dim=None, keepdim=False, dtype=None):  # noqa: A002
     """Mean over ``dim``; ``dtype=`` casts the input first (needed for integer tensors).
 
     The mean of nothing is NaN, as in PyTorch.
     """
-    out = _mean_dtype(_dt.from_numpy(a.dtype), dtype).np
-    axes = normalize_dims(dim, a.ndim, "mean")
-    if a.size == 0:
-        return xp.full(reduced_shape(a.shape, dim, keepdim, "mean"), xp.nan, dtype=out)
+    out = _mean_dtype(_dt.from_numpy(input.dtype), dtype).np
+    axes = normalize_dims(dim, input.ndim, "mean")
+    if input.size == 0:
+        return xp.full(reduced_shape(input.shape, dim, keepdim, "mean"), xp.nan, dtype=out)
     if out.kind == BFLOAT16_KIND:
-        return accumulated(xp.mean, a, out, axis=axes, keepdims=keepdim)
-    if a.dtype != out:
-        a = a.astype(out)
-    return xp.mean(a, axis=axes, keepdims=keepdim)
+        return accumulated(xp.mean, input, out, axis=axes, keepdims=keepdim)
+    if input.dtype != out:
+        input = input.astype(out)
+    return xp.mean(input, axis=axes, keepdims=keepdim)
 
 
 # -- max, min (values and indices), amax, amin, argmax, argmin ------------------
@@ -127,33 +127,33 @@ def _extremum(name, binary_op, result, several):
     """``max``/``min``: the whole-tensor value, ``(values, indices)`` along ``dim``, or
     the elementwise ``binary_op`` when the second argument is a tensor (``max(a, b)``)."""
 
-    def rule(a, dim=None, keepdim=False, *, other=None):
+    def rule(input, dim=None, keepdim=False, *, other=None):  # noqa: A002
         if other is not None or isinstance(dim, TensorMeta):
-            return binary_op.shape_rule(a, dim if other is None else other)
+            return binary_op.shape_rule(input, dim if other is None else other)
         if dim is None:
-            return TensorMeta((), a.dtype, a.device)
-        single_dim(dim, len(a.shape), name, several)
-        shape = reduced_shape(a.shape, dim, keepdim, name)
-        return result(TensorMeta(shape, a.dtype, a.device), TensorMeta(shape, _dt.int64, a.device))
+            return TensorMeta((), input.dtype, input.device)
+        single_dim(dim, len(input.shape), name, several)
+        shape = reduced_shape(input.shape, dim, keepdim, name)
+        return result(TensorMeta(shape, input.dtype, input.device), TensorMeta(shape, _dt.int64, input.device))
 
-    def impl(xp, a, dim=None, keepdim=False, *, other=None):
+    def impl(xp, input, dim=None, keepdim=False, *, other=None):  # noqa: A002
         if other is not None or isinstance(dim, xp.ndarray):
             # NOTE: Op.run promotes only for elementwise ops; this form is one, so promote here.
             b = dim if other is None else other
-            if not (hasattr(a, "dtype") and (hasattr(b, "dtype") or type(b) in (int, float, bool))):
+            if not (hasattr(input, "dtype") and (hasattr(b, "dtype") or type(b) in (int, float, bool))):
                 raise DTypeError(f"{name}: the elementwise form takes a tensor and a tensor or number, got "
-                                 f"{type(a).__name__} and {type(b).__name__}")
-            a, b = binary_op._promote_inputs([a, b])
-            return binary_op.impl(xp, a, b)
+                                 f"{type(input).__name__} and {type(b).__name__}")
+            input, b = binary_op._promote_inputs([input, b])
+            return binary_op.impl(xp, input, b)
         if dim is None:
-            _need_elements(a.shape, None, name)
-            return getattr(a, name)()
-        axis = single_dim(dim, a.ndim, name, several)
-        if a.ndim == 0:
-            return result(a.copy(), xp.zeros((), dtype=np.int64))
-        _need_elements(a.shape, (axis,), name)
-        return result(getattr(a, name)(axis=axis, keepdims=keepdim),
-                      getattr(a, "arg" + name)(axis=axis, keepdims=keepdim))
+            _need_elements(input.shape, None, name)
+            return getattr(input, name)()
+        axis = single_dim(dim, input.ndim, name, several)
+        if input.ndim == 0:
+            return result(input.copy(), xp.zeros((), dtype=np.int64))
+        _need_elements(input.shape, (axis,), name)
+        return result(getattr(input, name)(axis=axis, keepdims=keepdim),
+                      getattr(input, "arg" + name)(axis=axis, keepdims=keepdim))
 
     impl.__name__ = name
     impl.__doc__ = (f"``{name}(x)``: the {name}imum as a 0-d tensor; ``{name}(x, dim, keepdim=False)``: "
@@ -167,35 +167,35 @@ min = _extremum("min", minimum, MinResult, "amin")  # noqa: A001
 
 
 def _amax_rule(name):
-    def rule(a, dim=(), keepdim=False):
-        return _reduced(a, dim, keepdim, name, a.dtype)
+    def rule(input, dim=(), keepdim=False):  # noqa: A002
+        return _reduced(input, dim, keepdim, name, input.dtype)
 
     return rule
 
 
 @op("amax", kind="reduction", shape_rule=_amax_rule("amax"))
-def amax(xp, a, dim=(), keepdim=False):
+def amax(xp, input, dim=(), keepdim=False):  # noqa: A002
     """Maximum over ``dim`` (an int or tuple; all dims by default), values only."""
-    axes = normalize_dims(dim, a.ndim, "amax")
-    if a.size == 0:
-        _need_elements(a.shape, axes, "amax")
-    return a.max(axis=axes, keepdims=keepdim)
+    axes = normalize_dims(dim, input.ndim, "amax")
+    if input.size == 0:
+        _need_elements(input.shape, axes, "amax")
+    return input.max(axis=axes, keepdims=keepdim)
 
 
 @op("amin", kind="reduction", shape_rule=_amax_rule("amin"))
-def amin(xp, a, dim=(), keepdim=False):
+def amin(xp, input, dim=(), keepdim=False):  # noqa: A002
     """Minimum over ``dim`` (an int or tuple; all dims by default), values only."""
-    axes = normalize_dims(dim, a.ndim, "amin")
-    if a.size == 0:
-        _need_elements(a.shape, axes, "amin")
-    return a.min(axis=axes, keepdims=keepdim)
+    axes = normalize_dims(dim, input.ndim, "amin")
+    if input.size == 0:
+        _need_elements(input.shape, axes, "amin")
+    return input.min(axis=axes, keepdims=keepdim)
 
 
 def _argmax_rule(name):
-    def rule(a, dim=None, keepdim=False):
+    def rule(input, dim=None, keepdim=False):  # noqa: A002
         if dim is not None:
-            single_dim(dim, len(a.shape), name)
-        return _reduced(a, dim, keepdim, name, _dt.int64)
+            single_dim(dim, len(input.shape), name)
+        return _reduced(input, dim, keepdim, name, _dt.int64)
 
     return rule
 
@@ -212,55 +212,55 @@ def _arg_extremum(xp, fn, name, a, dim, keepdim):
 
 
 @op("argmax", kind="reduction", shape_rule=_argmax_rule("argmax"))
-def argmax(xp, a, dim=None, keepdim=False):
+def argmax(xp, input, dim=None, keepdim=False):  # noqa: A002
     """int64 index of the maximum along ``dim``; of the flattened tensor when ``dim`` is None."""
-    return _arg_extremum(xp, xp.argmax, "argmax", a, dim, keepdim)
+    return _arg_extremum(xp, xp.argmax, "argmax", input, dim, keepdim)
 
 
 @op("argmin", kind="reduction", shape_rule=_argmax_rule("argmin"))
-def argmin(xp, a, dim=None, keepdim=False):
+def argmin(xp, input, dim=None, keepdim=False):  # noqa: A002
     """int64 index of the minimum along ``dim``; of the flattened tensor when ``dim`` is None."""
-    return _arg_extremum(xp, xp.argmin, "argmin", a, dim, keepdim)
+    return _arg_extremum(xp, xp.argmin, "argmin", input, dim, keepdim)
 
 
 # -- all, any ------------------------------------------------------------------
 def _truth_rule(name):
-    def rule(a, dim=None, keepdim=False):
-        return _reduced(a, dim, keepdim, name, a.dtype if a.dtype is _dt.uint8 else _dt.bool_)
+    def rule(input, dim=None, keepdim=False):  # noqa: A002
+        return _reduced(input, dim, keepdim, name, input.dtype if input.dtype is _dt.uint8 else _dt.bool_)
 
     return rule
 
 
 @op("all", kind="reduction", shape_rule=_truth_rule("all"))
-def all(xp, a, dim=None, keepdim=False):  # noqa: A001
+def all(xp, input, dim=None, keepdim=False):  # noqa: A001, A002
     """Whether every element along ``dim`` is non-zero; bool (uint8 for uint8 input, like PyTorch)."""
-    out = xp.all(a, axis=normalize_dims(dim, a.ndim, "all"), keepdims=keepdim)
-    return out.astype(np.uint8) if a.dtype == np.uint8 else out
+    out = xp.all(input, axis=normalize_dims(dim, input.ndim, "all"), keepdims=keepdim)
+    return out.astype(np.uint8) if input.dtype == np.uint8 else out
 
 
 @op("any", kind="reduction", shape_rule=_truth_rule("any"))
-def any(xp, a, dim=None, keepdim=False):  # noqa: A001
+def any(xp, input, dim=None, keepdim=False):  # noqa: A001, A002
     """Whether some element along ``dim`` is non-zero; bool (uint8 for uint8 input, like PyTorch)."""
-    out = xp.any(a, axis=normalize_dims(dim, a.ndim, "any"), keepdims=keepdim)
-    return out.astype(np.uint8) if a.dtype == np.uint8 else out
+    out = xp.any(input, axis=normalize_dims(dim, input.ndim, "any"), keepdims=keepdim)
+    return out.astype(np.uint8) if input.dtype == np.uint8 else out
 
 
 # -- cumsum --------------------------------------------------------------------
-def _cumsum_rule(a, dim, dtype=None):
-    single_dim(dim, len(a.shape), "cumsum")
-    return TensorMeta(a.shape, _accumulate_dtype(a.dtype, dtype), a.device)
+def _cumsum_rule(input, dim, dtype=None):  # noqa: A002
+    single_dim(dim, len(input.shape), "cumsum")
+    return TensorMeta(input.shape, _accumulate_dtype(input.dtype, dtype), input.device)
 
 
 @op("cumsum", kind="reduction", shape_rule=_cumsum_rule)
-def cumsum(xp, a, dim, dtype=None):
+def cumsum(xp, input, dim, dtype=None):  # noqa: A002
     """Running sum along ``dim``; integer and bool inputs accumulate in int64."""
-    axis = single_dim(dim, a.ndim, "cumsum")
-    out = _accumulate_dtype(_dt.from_numpy(a.dtype), dtype).np
-    if a.ndim == 0:
-        return a.astype(out)
+    axis = single_dim(dim, input.ndim, "cumsum")
+    out = _accumulate_dtype(_dt.from_numpy(input.dtype), dtype).np
+    if input.ndim == 0:
+        return input.astype(out)
     if out.kind == BFLOAT16_KIND:
-        return accumulated(xp.cumsum, a, out, axis=axis)
-    return xp.cumsum(a, axis=axis, dtype=out)
+        return accumulated(xp.cumsum, input, out, axis=axis)
+    return xp.cumsum(input, axis=axis, dtype=out)
 
 
 # -- var, std ------------------------------------------------------------------
@@ -280,10 +280,10 @@ def _ddof(name, dim, unbiased, correction):
 
 
 def _variance_rule(name):
-    def rule(a, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        require_float(a.dtype, name)
+    def rule(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+        require_float(input.dtype, name)
         dim, _ = _ddof(name, dim, unbiased, correction)
-        return _reduced(a, dim, keepdim, name, a.dtype)
+        return _reduced(input, dim, keepdim, name, input.dtype)
 
     return rule
 
@@ -305,16 +305,16 @@ def _variance(xp, fn, name, a, dim, unbiased, keepdim, correction):
 
 
 @op("var", kind="reduction", shape_rule=_variance_rule("var"))
-def var(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def var(xp, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
     """Variance over ``dim``: ``sum((x - mean)**2) / max(N - correction, 0)``, correction 1
     by default (Bessel's); ``unbiased=False`` is ``correction=0``."""
-    return _variance(xp, xp.var, "var", a, dim, unbiased, keepdim, correction)
+    return _variance(xp, xp.var, "var", input, dim, unbiased, keepdim, correction)
 
 
 @op("std", kind="reduction", shape_rule=_variance_rule("std"))
-def std(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def std(xp, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
     """Standard deviation: the square root of `var` with the same arguments."""
-    return _variance(xp, xp.std, "std", a, dim, unbiased, keepdim, correction)
+    return _variance(xp, xp.std, "std", input, dim, unbiased, keepdim, correction)
 
 
 # -- norm ----------------------------------------------------------------------
@@ -335,42 +335,42 @@ def _norm_dims(p, dim, ndim):
     return normalize_dims(dim, ndim, "norm")
 
 
-def _norm_rule(a, p="fro", dim=None, keepdim=False, dtype=None):
-    out = _dt.as_dtype(dtype) or a.dtype
+def _norm_rule(input, p="fro", dim=None, keepdim=False, dtype=None):  # noqa: A002
+    out = _dt.as_dtype(dtype) or input.dtype
     require_float(out, "norm", "cast with .float() or pass dtype=fxkit.float32")
-    axes = _norm_dims(p, dim, len(a.shape))
-    return _reduced(a, axes, keepdim, "norm", out)
+    axes = _norm_dims(p, dim, len(input.shape))
+    return _reduced(input, axes, keepdim, "norm", out)
 
 
 @op("norm", kind="reduction", shape_rule=_norm_rule)
-def norm(xp, a, p="fro", dim=None, keepdim=False, dtype=None):
+def norm(xp, input, p="fro", dim=None, keepdim=False, dtype=None):  # noqa: A002
     """``torch.norm``: ``(sum |x|**p)**(1/p)`` over ``dim``; ``'fro'`` is p=2, ``inf``/``-inf``
     the largest/smallest ``|x|``, 0 counts non-zeros, ``'nuc'`` sums singular values.
 
     ``dtype=`` casts the input first.
     """
     explicit = _dt.as_dtype(dtype)
-    if explicit is not None and a.dtype != explicit.np:
-        a = a.astype(explicit.np)
-    require_float(_dt.from_numpy(a.dtype), "norm")
-    if a.dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(norm.impl, xp, a, p, dim, keepdim)
-    axes = _norm_dims(p, dim, a.ndim)
+    if explicit is not None and input.dtype != explicit.np:
+        input = input.astype(explicit.np)
+    require_float(_dt.from_numpy(input.dtype), "norm")
+    if input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(norm.impl, xp, input, p, dim, keepdim)
+    axes = _norm_dims(p, dim, input.ndim)
     if p == "nuc":
-        matrices = xp.moveaxis(a, axes, (-2, -1))
+        matrices = xp.moveaxis(input, axes, (-2, -1))
         out = xp.sum(xp.linalg.svd(matrices, compute_uv=False), axis=-1)
         return xp.expand_dims(out, axes) if keepdim else out
     p = 2 if p in ("fro", None) else p
     if p == 2:
-        return xp.sqrt(xp.sum(xp.multiply(a, a), axis=axes, keepdims=keepdim))
+        return xp.sqrt(xp.sum(xp.multiply(input, input), axis=axes, keepdims=keepdim))
     if p in (math.inf, -math.inf):
-        if a.size == 0:
-            _need_elements(a.shape, axes, "norm")
-        return (xp.amax if p > 0 else xp.amin)(xp.abs(a), axis=axes, keepdims=keepdim)
+        if input.size == 0:
+            _need_elements(input.shape, axes, "norm")
+        return (xp.amax if p > 0 else xp.amin)(xp.abs(input), axis=axes, keepdims=keepdim)
     if p == 0:
-        return xp.sum(a != 0, axis=axes, keepdims=keepdim, dtype=a.dtype)
+        return xp.sum(input != 0, axis=axes, keepdims=keepdim, dtype=input.dtype)
     if p == 1:
-        return xp.sum(xp.abs(a), axis=axes, keepdims=keepdim)
-    powered = xp.abs(a)
+        return xp.sum(xp.abs(input), axis=axes, keepdims=keepdim)
+    powered = xp.abs(input)
     powered **= p
     return xp.sum(powered, axis=axes, keepdims=keepdim) ** (1.0 / p)

@@ -108,20 +108,25 @@ def _meta(a, shape):
     return TensorMeta(tuple(shape), a.dtype, a.device)
 
 
-def _view_rule(a, *shape):
-    return _meta(a, infer_view_shape(a.shape, shape_arg(shape, "view")))
+def _view_shape(old_shape, shape, size):
+    return infer_view_shape(old_shape, shape_arg(positional_or_keyword(shape, size, "view", "size"), "view"))
+
+
+def _view_rule(input, *shape, size=None):  # noqa: A002
+    return _meta(input, _view_shape(input.shape, shape, size))
 
 
 @op("view", kind="view", shape_rule=_view_rule)
-def view(xp, a, *shape):
-    """The same data with another shape; ``-1`` infers one dimension. Never copies."""
-    shape = infer_view_shape(a.shape, shape_arg(shape, "view"))
-    if not a.flags.c_contiguous and not can_view(a.shape, a.strides, shape):
+def view(xp, input, *shape, size=None):  # noqa: A002
+    """The same data with another shape (``x.view(2, 3)``, ``x.view(size=(2, 3))``); ``-1`` infers
+    one dimension. Never copies."""
+    shape = _view_shape(input.shape, shape, size)
+    if not input.flags.c_contiguous and not can_view(input.shape, input.strides, shape):
         raise ShapeError(
-            f"view: view size {list(shape)} is not compatible with the input tensor's size {list(a.shape)} "
+            f"view: view size {list(shape)} is not compatible with the input tensor's size {list(input.shape)} "
             f"and stride (at least one dimension spans across two contiguous subspaces); "
             f"use .reshape(...) instead, or call .contiguous() first")
-    return a.reshape(shape)
+    return input.reshape(shape)
 
 
 def _reshape_shape(old_shape, sizes, shape):
@@ -129,14 +134,14 @@ def _reshape_shape(old_shape, sizes, shape):
     return infer_view_shape(old_shape, sizes, "reshape")
 
 
-def _reshape_rule(a, *sizes, shape=None):
-    return _meta(a, _reshape_shape(a.shape, sizes, shape))
+def _reshape_rule(input, *sizes, shape=None):  # noqa: A002
+    return _meta(input, _reshape_shape(input.shape, sizes, shape))
 
 
 @op("reshape", kind="view", shape_rule=_reshape_rule)
-def reshape(xp, a, *sizes, shape=None):
+def reshape(xp, input, *sizes, shape=None):  # noqa: A002
     """Like ``view``, but copies when the layout cannot be aliased."""
-    return a.reshape(_reshape_shape(a.shape, sizes, shape))
+    return input.reshape(_reshape_shape(input.shape, sizes, shape))
 
 
 def _permutation(ndim, args, dims):
@@ -150,29 +155,29 @@ def _permutation(ndim, args, dims):
     return axes
 
 
-def _permute_rule(a, *args, dims=None):
-    return _meta(a, (a.shape[d] for d in _permutation(len(a.shape), args, dims)))
+def _permute_rule(input, *args, dims=None):  # noqa: A002
+    return _meta(input, (input.shape[d] for d in _permutation(len(input.shape), args, dims)))
 
 
 @op("permute", kind="view", shape_rule=_permute_rule)
-def permute(xp, a, *args, dims=None):
+def permute(xp, input, *args, dims=None):  # noqa: A002
     """The dimensions reordered: ``x.permute(0, 2, 1)``."""
-    return a.transpose(_permutation(a.ndim, args, dims))
+    return input.transpose(_permutation(input.ndim, args, dims))
 
 
-def _transpose_rule(a, dim0, dim1):
-    shape = list(a.shape)
+def _transpose_rule(input, dim0, dim1):  # noqa: A002
+    shape = list(input.shape)
     d0, d1 = normalize_dim(dim0, len(shape), "transpose"), normalize_dim(dim1, len(shape), "transpose")
     if shape:
         shape[d0], shape[d1] = shape[d1], shape[d0]
-    return _meta(a, shape)
+    return _meta(input, shape)
 
 
 @op("transpose", kind="view", shape_rule=_transpose_rule)
-def transpose(xp, a, dim0, dim1):
+def transpose(xp, input, dim0, dim1):  # noqa: A002
     """Dimensions ``dim0`` and ``dim1`` swapped."""
-    d0, d1 = normalize_dim(dim0, a.ndim, "transpose"), normalize_dim(dim1, a.ndim, "transpose")
-    return a if d0 == d1 else xp.swapaxes(a, d0, d1)
+    d0, d1 = normalize_dim(dim0, input.ndim, "transpose"), normalize_dim(dim1, input.ndim, "transpose")
+    return input if d0 == d1 else xp.swapaxes(input, d0, d1)
 
 
 def _check_t(ndim):
@@ -181,26 +186,26 @@ def _check_t(ndim):
                          f"use .transpose(dim0, dim1) or .permute(...) instead")
 
 
-def _t_rule(a):
-    _check_t(len(a.shape))
-    return _meta(a, a.shape[::-1])
+def _t_rule(input):  # noqa: A002
+    _check_t(len(input.shape))
+    return _meta(input, input.shape[::-1])
 
 
 @op("t", kind="view", shape_rule=_t_rule)
-def t(xp, a):
+def t(xp, input):  # noqa: A002
     """The transpose of a matrix; 0-d and 1-d tensors come back as they are."""
-    _check_t(a.ndim)
-    return a.T
+    _check_t(input.ndim)
+    return input.T
 
 
-def _numpy_t_rule(a):
-    return _meta(a, a.shape[::-1])
+def _numpy_t_rule(input):  # noqa: A002
+    return _meta(input, input.shape[::-1])
 
 
 @op("numpy_T", kind="view", shape_rule=_numpy_t_rule, method=False)
-def numpy_T(xp, a):  # noqa: N802  (PyTorch's name: ``x.T`` records aten::numpy_T)
+def numpy_T(xp, input):  # noqa: N802, A002  (PyTorch's name: ``x.T`` records aten::numpy_T)
     """Every dimension reversed, as ``x.T`` does in numpy and PyTorch (0-d and 1-d as they are)."""
-    return a.T
+    return input.T
 
 
 def _flatten_shape(shape, start_dim, end_dim):
@@ -213,14 +218,14 @@ def _flatten_shape(shape, start_dim, end_dim):
     return shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:]
 
 
-def _flatten_rule(a, start_dim=0, end_dim=-1):
-    return _meta(a, _flatten_shape(tuple(a.shape), start_dim, end_dim))
+def _flatten_rule(input, start_dim=0, end_dim=-1):  # noqa: A002
+    return _meta(input, _flatten_shape(tuple(input.shape), start_dim, end_dim))
 
 
 @op("flatten", kind="view", shape_rule=_flatten_rule)
-def flatten(xp, a, start_dim=0, end_dim=-1):
+def flatten(xp, input, start_dim=0, end_dim=-1):  # noqa: A002
     """Dimensions ``start_dim..end_dim`` merged into one (a view when the layout allows)."""
-    return a.reshape(_flatten_shape(a.shape, start_dim, end_dim))
+    return input.reshape(_flatten_shape(input.shape, start_dim, end_dim))
 
 
 def _unflatten_shape(shape, dim, sizes):
@@ -236,16 +241,16 @@ def _unflatten_shape(shape, dim, sizes):
     return shape[:d] + sizes + shape[d + 1:]
 
 
-def _unflatten_rule(a, dim, sizes):
-    return _meta(a, _unflatten_shape(tuple(a.shape), dim, sizes))
+def _unflatten_rule(input, dim, sizes):  # noqa: A002
+    return _meta(input, _unflatten_shape(tuple(input.shape), dim, sizes))
 
 
 @op("unflatten", kind="view", shape_rule=_unflatten_rule)
-def unflatten(xp, a, dim, sizes):
+def unflatten(xp, input, dim, sizes):  # noqa: A002
     """Dimension ``dim`` split into ``sizes`` (one may be -1)."""
-    if a.ndim == 0:
+    if input.ndim == 0:
         raise ShapeError("unflatten: cannot unflatten a 0-d tensor")
-    return a.reshape(_unflatten_shape(a.shape, dim, sizes))
+    return input.reshape(_unflatten_shape(input.shape, dim, sizes))
 
 
 def _unsqueeze_shape(shape, dim):
@@ -253,14 +258,14 @@ def _unsqueeze_shape(shape, dim):
     return shape[:d] + (1,) + shape[d:]
 
 
-def _unsqueeze_rule(a, dim):
-    return _meta(a, _unsqueeze_shape(tuple(a.shape), dim))
+def _unsqueeze_rule(input, dim):  # noqa: A002
+    return _meta(input, _unsqueeze_shape(tuple(input.shape), dim))
 
 
 @op("unsqueeze", kind="view", shape_rule=_unsqueeze_rule)
-def unsqueeze(xp, a, dim):
+def unsqueeze(xp, input, dim):  # noqa: A002
     """A size-1 dimension inserted at ``dim`` (``-1`` appends)."""
-    return a.reshape(_unsqueeze_shape(a.shape, dim))
+    return input.reshape(_unsqueeze_shape(input.shape, dim))
 
 
 def _squeeze_shape(shape, dim):
@@ -268,14 +273,14 @@ def _squeeze_shape(shape, dim):
     return tuple(s for i, s in enumerate(shape) if not (i in axes and type(s) is int and s == 1))
 
 
-def _squeeze_rule(a, dim=None):
-    return _meta(a, _squeeze_shape(tuple(a.shape), dim))
+def _squeeze_rule(input, dim=None):  # noqa: A002
+    return _meta(input, _squeeze_shape(tuple(input.shape), dim))
 
 
 @op("squeeze", kind="view", shape_rule=_squeeze_rule)
-def squeeze(xp, a, dim=None):
+def squeeze(xp, input, dim=None):  # noqa: A002
     """Size-1 dimensions removed: all of them, or those among ``dim`` (an int or a tuple)."""
-    return a.reshape(_squeeze_shape(a.shape, dim))
+    return input.reshape(_squeeze_shape(input.shape, dim))
 
 
 def _expand_shape(shape, sizes):
@@ -306,24 +311,24 @@ def _expand_shape(shape, sizes):
     return tuple(out)
 
 
-def _expand_rule(a, *sizes):
-    return _meta(a, _expand_shape(tuple(a.shape), sizes))
+def _expand_rule(input, *sizes, size=None):  # noqa: A002
+    return _meta(input, _expand_shape(tuple(input.shape), positional_or_keyword(sizes, size, "expand", "size")))
 
 
 @op("expand", kind="view", shape_rule=_expand_rule)
-def expand(xp, a, *sizes):
+def expand(xp, input, *sizes, size=None):  # noqa: A002
     """A read-only broadcast view: size-1 dims repeated without copying, ``-1`` keeps a size."""
-    return xp.broadcast_to(a, _expand_shape(a.shape, sizes))
+    return xp.broadcast_to(input, _expand_shape(input.shape, positional_or_keyword(sizes, size, "expand", "size")))
 
 
-def _same_rule(a):
-    return _meta(a, a.shape)
+def _same_rule(input):  # noqa: A002
+    return _meta(input, input.shape)
 
 
 @op("contiguous", kind="view", shape_rule=_same_rule)
-def contiguous(xp, a):
+def contiguous(xp, input):  # noqa: A002
     """The tensor itself when C-contiguous, else a C-contiguous copy."""
-    return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
+    return input if input.flags.c_contiguous else xp.ascontiguousarray(input)
 
 
 def _size(shape, dim):
@@ -334,26 +339,26 @@ def _size(shape, dim):
     return shape[normalize_dim(dim, len(shape), "size")]
 
 
-def _size_rule(a, dim=None):
-    return _size(a.shape, dim)
+def _size_rule(input, dim=None):  # noqa: A002
+    return _size(input.shape, dim)
 
 
 @op("size", kind="shape", shape_rule=_size_rule)
-def size(xp, a, dim=None):
+def size(xp, input, dim=None):  # noqa: A002
     """The shape as a tuple of ints, or the size of dimension ``dim``."""
-    return _size(a.shape, dim)
+    return _size(input.shape, dim)
 
 
-@op("dim", kind="shape", shape_rule=lambda a: len(a.shape))
-def ndimension(xp, a):
+@op("dim", kind="shape", shape_rule=lambda input: len(input.shape))
+def ndimension(xp, input):  # noqa: A002
     """The number of dimensions (``x.dim()``)."""
-    return a.ndim
+    return input.ndim
 
 
-@op("numel", kind="shape", shape_rule=lambda a: math.prod(a.shape))
-def numel(xp, a):
+@op("numel", kind="shape", shape_rule=lambda input: math.prod(input.shape))
+def numel(xp, input):  # noqa: A002
     """The number of elements."""
-    return a.size
+    return input.size
 
 
 def _narrow_bounds(shape, dim, start, length):
@@ -374,16 +379,16 @@ def _narrow_bounds(shape, dim, start, length):
     return d, start, length
 
 
-def _narrow_rule(a, dim, start, length):
-    d, _, length = _narrow_bounds(tuple(a.shape), dim, start, length)
-    return _meta(a, a.shape[:d] + (length,) + a.shape[d + 1:])
+def _narrow_rule(input, dim, start, length):  # noqa: A002
+    d, _, length = _narrow_bounds(tuple(input.shape), dim, start, length)
+    return _meta(input, input.shape[:d] + (length,) + input.shape[d + 1:])
 
 
 @op("narrow", kind="view", shape_rule=_narrow_rule)
-def narrow(xp, a, dim, start, length):
+def narrow(xp, input, dim, start, length):  # noqa: A002
     """The view ``a[..., start:start + length, ...]`` along ``dim``; ``start`` may be negative."""
-    d, start, length = _narrow_bounds(a.shape, dim, start, length)
-    return a[(slice(None),) * d + (slice(start, start + length),)]
+    d, start, length = _narrow_bounds(input.shape, dim, start, length)
+    return input[(slice(None),) * d + (slice(start, start + length),)]
 
 
 def split_sizes(shape, split_size_or_sections, dim, name="split"):
@@ -431,14 +436,14 @@ def _piece_metas(a, d, sizes):
     return tuple(_meta(a, a.shape[:d] + (s,) + a.shape[d + 1:]) for s in sizes)
 
 
-def _split_rule(a, split_size_or_sections, dim=0):
-    return _piece_metas(a, *split_sizes(tuple(a.shape), split_size_or_sections, dim))
+def _split_rule(input, split_size, dim=0):  # noqa: A002
+    return _piece_metas(input, *split_sizes(tuple(input.shape), split_size, dim))
 
 
 @op("split", kind="view", shape_rule=_split_rule)
-def split(xp, a, split_size_or_sections, dim=0):
+def split(xp, input, split_size, dim=0):  # noqa: A002
     """A tuple of views along ``dim``: pieces of an int size, or of the given sizes."""
-    return _pieces(a, *split_sizes(a.shape, split_size_or_sections, dim))
+    return _pieces(input, *split_sizes(input.shape, split_size, dim))
 
 
 def chunk_sizes(shape, chunks, dim):
@@ -455,11 +460,11 @@ def chunk_sizes(shape, chunks, dim):
     return split_sizes(shape, (n + chunks - 1) // chunks, d, "chunk")
 
 
-def _chunk_rule(a, chunks, dim=0):
-    return _piece_metas(a, *chunk_sizes(tuple(a.shape), chunks, dim))
+def _chunk_rule(input, chunks, dim=0):  # noqa: A002
+    return _piece_metas(input, *chunk_sizes(tuple(input.shape), chunks, dim))
 
 
 @op("chunk", kind="view", shape_rule=_chunk_rule)
-def chunk(xp, a, chunks, dim=0):
+def chunk(xp, input, chunks, dim=0):  # noqa: A002
     """At most ``chunks`` views along ``dim``, each of size ``ceil(n / chunks)`` but the last."""
-    return _pieces(a, *chunk_sizes(a.shape, chunks, dim))
+    return _pieces(input, *chunk_sizes(input.shape, chunks, dim))

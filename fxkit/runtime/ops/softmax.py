@@ -34,11 +34,11 @@ def _softmax_input(a, dtype, name):
 
 
 def _softmax_rule(name):
-    def rule(a, dim=None, dtype=None):
-        out = _dt.as_dtype(dtype) or a.dtype
+    def rule(input, dim=None, dtype=None):  # noqa: A002
+        out = _dt.as_dtype(dtype) or input.dtype
         require_float(out, name, "pass dtype=fxkit.float32 or cast with .float()")
-        single_dim(softmax_dim(dim, len(a.shape)), len(a.shape), name)
-        return TensorMeta(a.shape, out, a.device)
+        single_dim(softmax_dim(dim, len(input.shape)), len(input.shape), name)
+        return TensorMeta(input.shape, out, input.device)
 
     return rule
 
@@ -55,16 +55,16 @@ def _normalize(xp, a, axis, log):
 
 
 def _softmax_op(name, log, doc):
-    def impl(xp, a, dim=None, dtype=None):
-        a = _softmax_input(a, dtype, name)
-        if a.dtype.kind == BFLOAT16_KIND:
-            return run_in_float32(impl, xp, a, dim)
-        axis = single_dim(softmax_dim(dim, a.ndim), a.ndim, name)
-        if a.ndim == 0:
-            return _normalize(xp, a.reshape(1), 0, log).reshape(())
-        if a.size == 0:
-            return xp.empty_like(a)
-        return _normalize(xp, a, axis, log)
+    def impl(xp, input, dim=None, dtype=None):  # noqa: A002
+        input = _softmax_input(input, dtype, name)
+        if input.dtype.kind == BFLOAT16_KIND:
+            return run_in_float32(impl, xp, input, dim)
+        axis = single_dim(softmax_dim(dim, input.ndim), input.ndim, name)
+        if input.ndim == 0:
+            return _normalize(xp, input.reshape(1), 0, log).reshape(())
+        if input.size == 0:
+            return xp.empty_like(input)
+        return _normalize(xp, input, axis, log)
 
     impl.__name__ = name
     impl.__doc__ = doc + (" ``dim=None`` takes PyTorch's legacy implicit dim (see `softmax_dim`); "
@@ -78,33 +78,33 @@ log_softmax = _softmax_op("log_softmax", True,
                           "``x - logsumexp(x)`` along ``dim``: the log of `softmax` without its underflow.")
 
 
-def _logsumexp_rule(a, dim, keepdim=False):
-    out = a.dtype if a.dtype.is_floating_point else _dt.default_float
-    return TensorMeta(reduced_shape(a.shape, dim, keepdim, "logsumexp"), out, a.device)
+def _logsumexp_rule(input, dim, keepdim=False):  # noqa: A002
+    out = input.dtype if input.dtype.is_floating_point else _dt.default_float
+    return TensorMeta(reduced_shape(input.shape, dim, keepdim, "logsumexp"), out, input.device)
 
 
 @op("logsumexp", kind="reduction", shape_rule=_logsumexp_rule)
-def logsumexp(xp, a, dim, keepdim=False):
+def logsumexp(xp, input, dim, keepdim=False):  # noqa: A002
     """``log(sum(exp(x)))`` over ``dim`` (an int or tuple), stable for large inputs.
 
     Integer inputs give the default float dtype; the logsumexp of nothing is ``-inf``.
     Infinite maxima are not subtracted, so a dim of ``-inf`` gives ``-inf`` (not NaN)
     and ``+inf`` gives ``+inf``, as in PyTorch.
     """
-    if a.dtype.kind in "biu":
-        a = a.astype(_dt.default_float.np)
-    elif a.dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(logsumexp.impl, xp, a, dim, keepdim)
-    axes = normalize_dims(dim, a.ndim, "logsumexp")
-    if a.ndim == 0:  # log(exp(x)) of a single value is the value itself
-        return a.copy()
-    if a.size == 0:
-        return xp.full(reduced_shape(a.shape, dim, keepdim, "logsumexp"), -np.inf, dtype=a.dtype)
-    top = xp.amax(a, axis=axes, keepdims=True)
+    if input.dtype.kind in "biu":
+        input = input.astype(_dt.default_float.np)
+    elif input.dtype.kind == BFLOAT16_KIND:
+        return run_in_float32(logsumexp.impl, xp, input, dim, keepdim)
+    axes = normalize_dims(dim, input.ndim, "logsumexp")
+    if input.ndim == 0:  # log(exp(x)) of a single value is the value itself
+        return input.copy()
+    if input.size == 0:
+        return xp.full(reduced_shape(input.shape, dim, keepdim, "logsumexp"), -np.inf, dtype=input.dtype)
+    top = xp.amax(input, axis=axes, keepdims=True)
     top = xp.where(xp.isinf(top), 0, top)
-    shifted = xp.subtract(a, top)
+    shifted = xp.subtract(input, top)
     xp.exp(shifted, out=shifted)
     with np.errstate(divide="ignore"):  # a dim of all -inf sums to 0: log gives -inf, as in PyTorch
         out = xp.log(xp.sum(shifted, axis=axes, keepdims=True))
     out += top
-    return out if keepdim else out.reshape(reduced_shape(a.shape, dim, False, "logsumexp"))
+    return out if keepdim else out.reshape(reduced_shape(input.shape, dim, False, "logsumexp"))

@@ -22,23 +22,23 @@ def _unbind_dim(shape, dim):
     return d
 
 
-def _unbind_rule(a, dim=0):
-    shape = tuple(a.shape)
+def _unbind_rule(input, dim=0):  # noqa: A002
+    shape = tuple(input.shape)
     d = _unbind_dim(shape, dim)
     piece = shape[:d] + shape[d + 1:]
-    return tuple(TensorMeta(piece, a.dtype, a.device) for _ in range(shape[d]))
+    return tuple(TensorMeta(piece, input.dtype, input.device) for _ in range(shape[d]))
 
 
 @op("unbind", kind="view", shape_rule=_unbind_rule)
-def unbind(xp, a, dim=0):
+def unbind(xp, input, dim=0):  # noqa: A002
     """A tuple of the views ``a.select(dim, i)`` for every ``i``: ``dim`` removed.
 
     Example:
         >>> q, k, v = fxkit.randn(3, 2, 8).unbind(0)
     """
-    d = _unbind_dim(a.shape, dim)
+    d = _unbind_dim(input.shape, dim)
     head = (slice(None),) * d
-    return tuple(a[head + (i,)] for i in range(a.shape[d]))
+    return tuple(input[head + (i,)] for i in range(input.shape[d]))
 
 
 def _swap_shape(name, a, d0, d1):
@@ -54,13 +54,13 @@ def _swap(xp, name, a, d0, d1):
     return a if d0 == d1 else xp.swapaxes(a, d0, d1)
 
 
-@op("swapaxes", kind="view", shape_rule=lambda a, axis0, axis1: _swap_shape("swapaxes", a, axis0, axis1))
-def swapaxes(xp, a, axis0, axis1):
+@op("swapaxes", kind="view", shape_rule=lambda input, axis0, axis1: _swap_shape("swapaxes", input, axis0, axis1))
+def swapaxes(xp, input, axis0, axis1):  # noqa: A002
     """Dimensions ``axis0`` and ``axis1`` swapped (numpy's name for ``transpose``)."""
-    return _swap(xp, "swapaxes", a, axis0, axis1)
+    return _swap(xp, "swapaxes", input, axis0, axis1)
 
 
-@op("swapdims", kind="view", shape_rule=lambda a, dim0, dim1: _swap_shape("swapdims", a, dim0, dim1))
-def swapdims(xp, a, dim0, dim1):
+@op("swapdims", kind="view", shape_rule=lambda input, dim0, dim1: _swap_shape("swapdims", input, dim0, dim1))
+def swapdims(xp, input, dim0, dim1):  # noqa: A002
     """Dimensions ``dim0`` and ``dim1`` swapped (another name for ``transpose``)."""
-    return _swap(xp, "swapdims", a, dim0, dim1)
+    return _swap(xp, "swapdims", input, dim0, dim1)
