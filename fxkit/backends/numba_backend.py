@@ -37,18 +37,19 @@ import os
 import numpy as np
 
 from fxkit.backends.backend import register_backend
+from fxkit.backends.conv_lowering import CONV_RULES
+from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
-from fxkit.backends.split_bias import SplitLinearBias
+from fxkit.backends.split_bias import SplitBias
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
 from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.errors import LoweringError
 from fxkit.transforms import EliminateDeadCode
 from fxkit.transforms.fuse_elementwise import FuseElementwise
 from fxkit.transforms.fused_op import FusedOp
-
 
 
 class NumbaBackend(NumpyBackend):
@@ -58,7 +59,7 @@ class NumbaBackend(NumpyBackend):
     device_types = ("cpu",)
 
     def passes(self, gm, example_inputs):
-        return super().passes(gm, example_inputs) + [SplitLinearBias(), FuseElementwise(min_size=1), FuseRows(),
+        return super().passes(gm, example_inputs) + [SplitBias(), FuseElementwise(min_size=1), FuseRows(),
                                                      EliminateDeadCode()]
 
     def lower(self, gm, specs):
@@ -72,18 +73,41 @@ class NumbaBackend(NumpyBackend):
         # NOTE: numba takes ~0.5 s to import: only a numba compilation pays for it.
         from fxkit.backends.numba_cache import load_kernel_module
 
-        nodes = list(gm.graph.nodes)
-        _check_devices(nodes, self.device_types, self.name)
-        calls, kernels = {}, {}
-        for node in nodes:
+        _check_devices(list(gm.graph.nodes), self.device_types, self.name)
+        decisions = []
+        sources = {}
+        for node in list(gm.graph.nodes):
             if node.op == "call" and isinstance(node.target, FusedOp):
                 source = kernel_source(node)
-                if source is not None:
-                    call = KernelCall(node.target.name, source, load_kernel_module(source.source))
-                    precompile(call, source)
+                if source is None:
+                    decisions.append(Decision(node.name, "numpy ops", "no numba kernel for this group's "
+                                                                       "dtypes or layout"))
+                    continue
+                keep, decision = fused_decision(node)
+                decisions.append(decision)
+                if keep:
+                    sources[node] = source
+                else:
+                    inline_group(gm.graph, node)
+        nodes = list(gm.graph.nodes)
+        calls, kernels, writers = {}, {}, set()
+        for node in nodes:
+            source = sources.get(node)
+            if source is not None:
+                call = KernelCall(node.target.name, source, load_kernel_module(source.source))
+                precompile(call, source)
+                calls[node] = call
+                kernels[node.target.name] = source.text
+                if source.elementwise and len(source.outputs) == 1:
+                    writers.add(node)  # NOTE: may write into a dead input of its shape (the conv's epilogue)
+            elif node.op == "call" and node.target in CONV_RULES:
+                call, decision = CONV_RULES[node.target](node)
+                decisions.append(decision)
+                if call is not None:
                     calls[node] = call
-                    kernels[node.target.name] = source.text
-        return build_forward(gm, nodes, np, self.name, calls, kernels)
+        order = {node.name: i for i, node in enumerate(nodes)}
+        decisions.sort(key=lambda d: order.get(d.node, -1))
+        return build_forward(gm, nodes, np, self.name, calls, kernels, writers, decisions)
 
 
 def kernel_source(node):

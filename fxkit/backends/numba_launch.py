@@ -56,8 +56,14 @@ class KernelCall:
         shapes = {tuple(m.shape) for m in kernel.inputs + kernel.outputs if isinstance(m, TensorMeta)}
         self._permutable = kernel.elementwise and len(shapes) == 1 and len(next(iter(shapes))) > 1
 
-    def __call__(self, *args):
+    def __call__(self, *args, out=None):
+        """Run the kernel; ``out``: a dead buffer of the single output's shape and dtype the memory plan
+        gives, written (even when also an input: elementwise kernels read each position before writing
+        it) when it and every argument are C-contiguous, else a pooled buffer is used."""
         entry = self._contiguous
+        if out is not None and out.flags.c_contiguous and all(args[i].flags.c_contiguous for i in self._arrays):
+            entry(out, *args)
+            return out
         for i in self._arrays:
             if not args[i].flags.c_contiguous:
                 order = self._dense_order(args) if self._permutable else None
