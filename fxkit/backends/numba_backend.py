@@ -43,7 +43,7 @@ from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
-from fxkit.backends.split_bias import SplitBias
+from fxkit.backends.split_bias import SplitLinearBias
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
 from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.errors import LoweringError
@@ -59,7 +59,7 @@ class NumbaBackend(NumpyBackend):
     device_types = ("cpu",)
 
     def passes(self, gm, example_inputs):
-        return super().passes(gm, example_inputs) + [SplitBias(), FuseElementwise(min_size=1), FuseRows(),
+        return super().passes(gm, example_inputs) + [SplitLinearBias(), FuseElementwise(min_size=1), FuseRows(),
                                                      EliminateDeadCode()]
 
     def lower(self, gm, specs):
@@ -74,6 +74,7 @@ class NumbaBackend(NumpyBackend):
         from fxkit.backends.numba_cache import load_kernel_module
 
         _check_devices(list(gm.graph.nodes), self.device_types, self.name)
+        order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
         decisions = []
         sources = {}
         for node in list(gm.graph.nodes):
@@ -105,8 +106,7 @@ class NumbaBackend(NumpyBackend):
                 decisions.append(decision)
                 if call is not None:
                     calls[node] = call
-        order = {node.name: i for i, node in enumerate(nodes)}
-        decisions.sort(key=lambda d: order.get(d.node, -1))
+        decisions.sort(key=lambda d: order[d.node])
         return build_forward(gm, nodes, np, self.name, calls, kernels, writers, decisions)
 
 

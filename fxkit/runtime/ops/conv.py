@@ -22,7 +22,7 @@ from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, sh
 
 # Measured on 2 cores for ResNet-18 layers (batch 8): per-image products over
 # 256+ output pixels match one folded product; below that, folding is faster.
-PER_IMAGE_GEMM_MIN_PIXELS = 256
+_PER_IMAGE_GEMM_MIN_PIXELS = 256
 
 
 def ntuple(value, n, name, what):
@@ -179,7 +179,7 @@ def _conv2d_nchw(xp, x, weight, bias, stride, pads, dilation, groups):
     s_n, s_c, s_h, s_w = x.strides
     taps = (cg * s_c, s_c, s_h * dh, s_w * dw)
     as_strided = xp.lib.stride_tricks.as_strided
-    if oh * ow >= PER_IMAGE_GEMM_MIN_PIXELS:
+    if oh * ow >= _PER_IMAGE_GEMM_MIN_PIXELS:
         # (N, G, Cg*KH*KW, OH*OW) columns: the product is (N, G, OCg, OH*OW), already NCHW.
         # A 1x1 stride-1 conv of a contiguous input reshapes without copying here.
         cols = as_strided(x, (n, g, cg, kh, kw, oh, ow), (s_n, *taps, s_h * sh, s_w * sw))
