@@ -18,7 +18,14 @@ computes in **channels-last** memory and keeps its buffers:
 Why channels-last: on the reference machine's OpenBLAS (2 threads) one
 ``(25088, 64) @ (64, 256)`` product took 72 ms where the eight per-image
 ``(256, 64) @ (64, 3136)`` products of the same 1x1 conv took 347 ms
-(interleaved medians, ResNet-50's layer1 at batch 8). Results are
+(interleaved medians, ResNet-50's layer1 at batch 8). BLAS's speed depends on
+the orientation: ``(pixels, K) @ (K, OC)`` won 49 against 222 ms for 784
+pixels and 128 channels, but lost 336 against 54 ms for 196 pixels and 256
+channels, and 604 against 48 ms for 49 pixels and 512 channels. So a conv
+whose output has fewer pixels (``N*OH*OW``) than channels runs
+**channel-major** instead: one ``(OC, K) @ (K, N*OH*OW)`` product over columns
+gathered from its input's windows in any layout, its result an NCHW view of
+the ``(OC, N, OH, OW)`` product. Results are
 ``(N, OC, OH, OW)`` views of ``(N, OH, OW, OC)`` buffers, so the graph stays
 NCHW while the memory stays channels-last from conv to conv: the next conv
 reads its input without a copy, and the elementwise tail between them (the
@@ -163,6 +170,45 @@ class Im2colConv(_ChannelsLast):
         return out.transpose(0, 3, 1, 2)
 
 
+class ChannelMajorConv(_ConvCall):
+    """A single-group conv as one ``(OC, C*KH*KW) @ (C*KH*KW, N*OH*OW)`` product: the columns are
+    gathered from the input's windows whatever its memory layout, and the result is an
+    ``(N, OC, OH, OW)`` view of the ``(OC, N, OH, OW)`` product (no transposing copy). For outputs
+    with fewer pixels than channels, where BLAS runs this orientation fastest."""
+
+    __slots__ = ("pads", "stride", "dilation", "_padded", "_columns")
+
+    def __init__(self, name, out_meta, pads, stride, dilation):
+        n, oc, oh, ow = out_meta.shape
+        super().__init__(name, out_meta)
+        self.shape = (oc, n * oh * ow)
+        self.pads, self.stride, self.dilation = pads, stride, dilation
+        self._padded, self._columns = [], []
+
+    def __call__(self, x, weight, bias=None, *geometry):
+        (pt, pb), (pl, pr) = self.pads
+        n, c, h, w = x.shape
+        if pt or pb or pl or pr:
+            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
+            padded = take(self._padded, (c, n, pt + h + pb, pl + w + pr), x.dtype, np.zeros)
+            padded[:, :, pt:pt + h, pl:pl + w] = x.transpose(1, 0, 2, 3)
+            x = padded.transpose(1, 0, 2, 3)
+        oc, _, kh, kw = weight.shape
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+        ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        s_n, s_c, s_h, s_w = x.strides
+        windows = np.lib.stride_tricks.as_strided(x, (c, kh, kw, n, oh, ow),
+                                                  (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))
+        columns = take(self._columns, (c * kh * kw, n * oh * ow), x.dtype)
+        np.copyto(columns.reshape(c, kh, kw, n, oh, ow), windows)
+        out = self._output()
+        np.matmul(weight.reshape(oc, c * kh * kw), columns, out=out)
+        if bias is not None:
+            out += bias.reshape(oc, 1)
+        return out.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3)
+
+
 class DepthwiseConv(_ChannelsLast):
     """A depthwise conv (one input channel per filter): `fxkit.backends.numba_conv`'s channels-last kernel."""
 
@@ -214,6 +260,11 @@ def lower_conv2d(node):
                               f"channels, {threads}")
     if groups != 1:
         return None, Decision(node.name, "numpy conv2d", f"grouped ({groups} groups) but not depthwise")
+    rows = out.shape[0] * out.shape[2] * out.shape[3]
+    if rows < oc:
+        return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
+            node.name, "im2col, channel-major", f"{rows} output pixels < {oc} channels: one (OC, K) @ (K, pixels) "
+                                                f"product, BLAS's faster orientation for wide outputs")
     if (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0)):
         return GemmConv(f"{node.name}_gemm", out), Decision(
             node.name, "1x1 GEMM, channels-last", "stride 1, no padding: the input is the column matrix, "

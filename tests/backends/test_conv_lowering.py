@@ -33,6 +33,9 @@ CONVS = [
     ((4, 4, 4, 1, "same", 1, 4), (1, 4, 24, 24), "depthwise numba kernel, channels-last"),  # uneven padding
     ((6, 6, 3, 1, 1, 1, 6), (2, 6, 7, 7), "depthwise numba kernel, channels-last"),  # small maps
     ((4, 8, 3, 1, 1, 1, 2), (2, 4, 6, 6), "numpy conv2d"),  # grouped, not depthwise
+    ((16, 64, 3, 1, 1), (1, 16, 5, 5), "im2col, channel-major"),  # fewer pixels than channels
+    ((16, 64, 1), (2, 16, 4, 3), "im2col, channel-major"),
+    ((16, 64, 3, 2, 2, 2, 1, False), (2, 16, 9, 8), "im2col, channel-major"),
 ]
 
 
@@ -54,6 +57,20 @@ def test_each_conv_rule_matches_eager_and_pytorch(arguments, shape, choice, rng)
             None if conv.bias is None else torch.from_numpy(conv.bias.numpy()), conv.stride, conv.padding,
             conv.dilation, conv.groups).numpy()
         np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_chains_across_layouts_match_eager(rng):
+    # channels-last (3x3, 1x1), then channel-major (fewer pixels than channels) reading a channels-last
+    # view, then depthwise reading a channel-major view, then a 1x1 product reading its channels-last result.
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 96, 3, 2, 1),
+                          nn.SiLU(), nn.Conv2d(96, 96, 3, 1, 1, groups=96), nn.Conv2d(96, 8, 1)).eval()
+    x = randn(rng, 2, 4, 11, 11)
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+    choices = [d.choice for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
+    assert choices == ["im2col, channels-last", "1x1 GEMM, channels-last", "im2col, channel-major",
+                       "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
+    for inputs in (x, randn(rng, 2, 4, 11, 11)):
+        np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_results_kept_across_calls_are_never_overwritten(rng):
