@@ -13,12 +13,25 @@ specialisation to registry ops, dead code, CSE, constant folding) followed by
   group computing their input and the one reading their result.
 
 Lowering is the numpy backend's straight-line code over raw arrays, except
-that each fused group runs its generated kernel (`fxkit.codegen.numba_kernel`,
-`fxkit.codegen.numba_reduction`) through a `KernelCall`; the ops that do not
-fuse (matmul, conv, reshapes, ...) call their numpy implementations. A group
-numba cannot run (float16 tensors, an unusual row layout) runs its body with
-numpy instead. Kernels are compiled when the specialisation is lowered, cached
-in memory by source and on disk by numba (`fxkit.backends.numba_cache`).
+that
+
+* each fused group runs its generated kernel (`fxkit.codegen.numba_kernel`,
+  `fxkit.codegen.numba_reduction`) through a `KernelCall`, when the cost
+  model (`fxkit.backends.cost_model`) expects it to beat numpy's ufuncs; a
+  group that would lose (a lone cheap op over a few hundred elements), and a
+  group numba cannot run (float16 tensors, an unusual row layout), runs its
+  ops as the numpy backend does;
+* an elementwise kernel with one output writes into a dead buffer of its
+  shape when the memory plan finds one (``fused_3(conv2d_3, x, out=conv2d_3)``):
+  a conv's tail (ReLU, SiLU, a residual add) then runs in the conv's output;
+* convolutions run as their registry rule in `fxkit.backends.conv_lowering`
+  says (channels-last or channel-major products with reused buffers, a
+  depthwise kernel).
+
+The other ops (matmul, reshapes, pooling, ...) call their numpy
+implementations. ``compiled.explain()`` lists every choice with its reason.
+Kernels are compiled when the specialisation is lowered, cached in memory by
+source and on disk by numba (`fxkit.backends.numba_cache`).
 
 Outputs of kernels are never overwritten while referenced (see
 `fxkit.backends.numba_launch`): results a caller keeps stay valid.
