@@ -70,6 +70,8 @@ class Lowered(NamedTuple):
         line_nodes: ``{line number in code: graph node}``, so a failure inside
             ``fn`` is reported with the node and its source line.
         filename: the file name ``code`` was compiled under (tracebacks show it).
+        decisions: the backend's lowering choices (objects whose ``str`` is one line:
+            node, choice, reason), for ``compiled.explain()``.
     """
 
     fn: object
@@ -77,6 +79,7 @@ class Lowered(NamedTuple):
     kernels: dict = {}
     line_nodes: dict = {}
     filename: str = ""
+    decisions: tuple = ()
 
 
 class Backend(abc.ABC):

@@ -246,6 +246,12 @@ class CompiledModule(Module):
         """``{kernel name: source}`` of the kernels generated for the last specialisation."""
         return dict(self._current().lowered.kernels)
 
+    def explain(self):
+        """The backend's lowering choices for the last specialisation, one line each: which kernel or
+        numpy path each fused group and convolution runs as, and why (empty for backends that choose
+        nothing). ``print(compiled.explain())``."""
+        return "\n".join(str(d) for d in self._current().lowered.decisions)
+
     @property
     def specializations(self):
         """The input specs of every compiled specialisation (one tuple of `TensorMeta` each)."""

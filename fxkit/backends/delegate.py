@@ -109,12 +109,12 @@ class DelegateBackend(Backend):
             names = {node.name: runner for node, runner in calls.items()}
             gm = PassManager(extra)(gm)
             calls = {n: names[n.name] for n in gm.graph.nodes if n.name in names}
-        nodes = list(gm.graph.nodes)
-        _check_devices(nodes, self.device_types, self.name)
+        _check_devices(list(gm.graph.nodes), self.device_types, self.name)
         kernels = {node.target: f"# runs on {self.name}: {self.delegate.describe(gm.get_submodule(node.target))}"
                    for node in calls}
-        more, more_kernels = fallback.kernel_calls(nodes)
-        return build_forward(gm, nodes, np, self.name, {**calls, **more}, {**kernels, **more_kernels})
+        more, more_kernels, writers, decisions = fallback.kernel_calls(gm)
+        return build_forward(gm, list(gm.graph.nodes), np, self.name, {**calls, **more},
+                             {**kernels, **more_kernels}, writers, decisions)
 
     def _runner(self, child, values):
         """The delegate's runner of ``child``: batch-free when it exports so, else for this batch size."""

@@ -13,12 +13,25 @@ specialisation to registry ops, dead code, CSE, constant folding) followed by
   group computing their input and the one reading their result.
 
 Lowering is the numpy backend's straight-line code over raw arrays, except
-that each fused group runs its generated kernel (`fxkit.codegen.numba_kernel`,
-`fxkit.codegen.numba_reduction`) through a `KernelCall`; the ops that do not
-fuse (matmul, conv, reshapes, ...) call their numpy implementations. A group
-numba cannot run (float16 tensors, an unusual row layout) runs its body with
-numpy instead. Kernels are compiled when the specialisation is lowered, cached
-in memory by source and on disk by numba (`fxkit.backends.numba_cache`).
+that
+
+* each fused group runs its generated kernel (`fxkit.codegen.numba_kernel`,
+  `fxkit.codegen.numba_reduction`) through a `KernelCall`, when the cost
+  model (`fxkit.backends.cost_model`) expects it to beat numpy's ufuncs; a
+  group that would lose (a lone cheap op over a few hundred elements), and a
+  group numba cannot run (float16 tensors, an unusual row layout), runs its
+  ops as the numpy backend does;
+* an elementwise kernel with one output writes into a dead buffer of its
+  shape when the memory plan finds one (``fused_3(conv2d_3, x, out=conv2d_3)``):
+  a conv's tail (ReLU, SiLU, a residual add) then runs in the conv's output;
+* convolutions run as their registry rule in `fxkit.backends.conv_lowering`
+  says (channels-last or channel-major products with reused buffers, a
+  depthwise kernel).
+
+The other ops (matmul, reshapes, pooling, ...) call their numpy
+implementations. ``compiled.explain()`` lists every choice with its reason.
+Kernels are compiled when the specialisation is lowered, cached in memory by
+source and on disk by numba (`fxkit.backends.numba_cache`).
 
 Outputs of kernels are never overwritten while referenced (see
 `fxkit.backends.numba_launch`): results a caller keeps stay valid.
@@ -37,6 +50,8 @@ import os
 import numpy as np
 
 from fxkit.backends.backend import register_backend
+from fxkit.backends.conv_lowering import CONV_RULES
+from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
 from fxkit.backends.numba_launch import KernelCall
@@ -50,7 +65,6 @@ from fxkit.transforms.fuse_elementwise import FuseElementwise
 from fxkit.transforms.fused_op import FusedOp
 
 
-
 class NumbaBackend(NumpyBackend):
     """Fused groups as numba kernels, everything else as the numpy backend (see the module docstring)."""
 
@@ -62,12 +76,11 @@ class NumbaBackend(NumpyBackend):
                                                      EliminateDeadCode()]
 
     def lower(self, gm, specs):
-        nodes = list(gm.graph.nodes)
-        _check_devices(nodes, self.device_types, self.name)
-        calls, kernels = self.kernel_calls(nodes)
-        return build_forward(gm, nodes, np, self.name, calls, kernels)
+        _check_devices(list(gm.graph.nodes), self.device_types, self.name)
+        calls, kernels, writers, decisions = self.kernel_calls(gm)
+        return build_forward(gm, list(gm.graph.nodes), np, self.name, calls, kernels, writers, decisions)
 
-    def kernel_calls(self, nodes):
+    def kernel_calls(self, gm):
         # NOTE: numba's OpenMP threads spin after each parallel kernel by default, starving numpy's BLAS
         # threads between kernels (an eager LSTM cell ran 80x slower after one); they sleep instead
         # unless the user chose. A sleeping thread takes ~50 µs to wake here, as long as a kernel over
@@ -78,16 +91,40 @@ class NumbaBackend(NumpyBackend):
         # NOTE: numba takes ~0.5 s to import: only a numba compilation pays for it.
         from fxkit.backends.numba_cache import load_kernel_module
 
-        calls, kernels = {}, {}
-        for node in nodes:
+        order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
+        decisions = []
+        sources = {}
+        for node in list(gm.graph.nodes):
             if node.op == "call" and isinstance(node.target, FusedOp):
                 source = kernel_source(node)
-                if source is not None:
-                    call = KernelCall(node.target.name, source, load_kernel_module(source.source))
-                    precompile(call, source)
+                if source is None:
+                    decisions.append(Decision(node.name, "numpy ops", "no numba kernel for this group's "
+                                                                       "dtypes or layout"))
+                    continue
+                keep, decision = fused_decision(node)
+                decisions.append(decision)
+                if keep:
+                    sources[node] = source
+                else:
+                    inline_group(gm.graph, node)
+        calls, kernels, writers = {}, {}, set()
+        for node in gm.graph.nodes:
+            source = sources.get(node)
+            if source is not None:
+                call = KernelCall(node.target.name, source, load_kernel_module(source.source))
+                precompile(call, source)
+                calls[node] = call
+                kernels[node.target.name] = source.text
+                if source.elementwise and len(source.outputs) == 1:
+                    writers.add(node)  # NOTE: may write into a dead input of its shape (the conv's epilogue)
+            elif node.op == "call" and node.target in CONV_RULES:
+                call, decision = CONV_RULES[node.target](node)
+                decisions.append(decision)
+                if call is not None:
                     calls[node] = call
-                    kernels[node.target.name] = source.text
-        return calls, kernels
+        decisions.sort(key=lambda d: order[d.node])
+        return calls, kernels, writers, decisions
+
 
 def kernel_source(node):
     """The numba kernel of a fused call, or None when its group runs with numpy instead."""

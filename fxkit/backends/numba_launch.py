@@ -56,13 +56,19 @@ class KernelCall:
         shapes = {tuple(m.shape) for m in kernel.inputs + kernel.outputs if isinstance(m, TensorMeta)}
         self._permutable = kernel.elementwise and len(shapes) == 1 and len(next(iter(shapes))) > 1
 
-    def __call__(self, *args):
+    def __call__(self, *args, out=None):
+        """Run the kernel; ``out``: a dead buffer of the single output's shape and dtype the memory plan
+        gives, written (even when also an input: elementwise kernels read each position before writing
+        it) when it and every argument are C-contiguous or all permuted alike, else a pooled buffer."""
         entry = self._contiguous
+        if out is not None and out.flags.c_contiguous and all(args[i].flags.c_contiguous for i in self._arrays):
+            entry(out, *args)
+            return out
         for i in self._arrays:
             if not args[i].flags.c_contiguous:
                 order = self._dense_order(args) if self._permutable else None
                 if order is not None:
-                    return self._call_permuted(args, order)
+                    return self._call_permuted(args, order, out)
                 if self._strided is not None and not self._rows_contiguous(args):
                     entry = self._strided
                 else:
@@ -95,7 +101,7 @@ class KernelCall:
                 return None
         return order
 
-    def _call_permuted(self, args, order):
+    def _call_permuted(self, args, order, out=None):
         """Run the contiguous entry on the arguments' memory order, the results laid out like them.
 
         Each output element depends only on the inputs at its position, so the
@@ -107,7 +113,11 @@ class KernelCall:
         """
         inverse = tuple(np.argsort(order))
         args = tuple(a.transpose(order) if k in self._arrays else a for k, a in enumerate(args))
-        views = [self._take(k).reshape(args[self._arrays[0]].shape) for k in range(len(self._outputs))]
+        shape = args[self._arrays[0]].shape
+        if out is not None and self._single and out.transpose(order).flags.c_contiguous:
+            views = [out.transpose(order)]  # the dead buffer the memory plan gives, laid out like the inputs
+        else:
+            views = [self._take(k).reshape(shape) for k in range(len(self._outputs))]
         self._contiguous(*views, *args)
         results = tuple(v.transpose(inverse) for v in views)
         return results[0] if self._single else results

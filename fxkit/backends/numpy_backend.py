@@ -41,17 +41,18 @@ class NumpyBackend(Backend):
         _check_devices(nodes, self.device_types, self.name)
         return build_forward(gm, nodes, np, self.name)
 
-    def kernel_calls(self, nodes):
-        """``({node: callable}, {kernel name: source})`` for nodes this backend runs as its own kernels.
+    def kernel_calls(self, gm):
+        """``(calls, kernels, writers, decisions)`` of `build_forward` for the nodes this backend runs
+        as its own kernels (it may rewrite ``gm``'s graph first, e.g. put back a group it runs as ops).
 
         The numpy backend has none; a backend generating kernels (numba) returns
         them, so a backend lowering a graph around other runners (a delegate)
-        can add them to `build_forward`'s ``calls``.
+        can add them to `build_forward`'s arguments.
         """
-        return {}, {}
+        return {}, {}, (), ()
 
 
-def build_forward(gm, nodes, xp, backend, calls=None, kernels=None):
+def build_forward(gm, nodes, xp, backend, calls=None, kernels=None, writers=(), decisions=()):
     """The straight-line forward over ``xp`` arrays that every array backend lowers to.
 
     Args:
@@ -60,14 +61,17 @@ def build_forward(gm, nodes, xp, backend, calls=None, kernels=None):
         backend: the backend's name, shown in the generated code's file name.
         calls: ``{node: callable}`` for nodes a backend runs as its own kernels.
         kernels: ``{name: source}`` of those kernels, for ``kernel_sources()``.
+        writers: nodes among ``calls`` whose function takes ``out=``, a dead buffer of the
+            result's shape and dtype that it may also read at the same positions.
+        decisions: the backend's lowering choices, for ``explain()``.
     """
     forms = ufunc_forms(nodes)
-    buffers = plan_buffers(nodes, forms)
+    buffers = plan_buffers(nodes, set(forms) | set(writers))
     code, line_nodes = generate_array_code(nodes, attributes(gm, nodes), forms, buffers, xp, calls)
     filename = f"<fxkit-compiled {backend} {type(gm).__name__} #{next(_FILE_NUMBERS)}>"
     namespace = dict(code.globals)
     exec(code.compile(filename), namespace)
-    return Lowered(namespace["forward"], code.src, kernels or {}, line_nodes, filename)
+    return Lowered(namespace["forward"], code.src, kernels or {}, line_nodes, filename, tuple(decisions))
 
 
 def attributes(gm, nodes):

@@ -60,7 +60,8 @@ def generate_array_code(nodes, attributes, ufuncs=None, buffers=None, xp=np, cal
             ``holder``'s array.
         xp: the array module the code calls (numpy or cupy).
         calls: ``{node: function}`` for nodes run as ``function(*args)`` on raw
-            arrays (a backend's compiled kernels), positional arguments only.
+            arrays (a backend's compiled kernels), positional arguments only; one
+            that ``buffers`` gives a holder is called ``function(*args, out=holder)``.
 
     Returns:
         ``(code, line_nodes)``: a `PythonCode` and ``{line number: node}`` of its statements.
@@ -151,7 +152,9 @@ class _ArrayEmitter(_Emitter):
         direct = self.calls.get(node)
         if direct is not None:
             function = self.global_name(direct, direct.__name__)
-            return ast.Call(function, [self.expr(a) for a in node.args], [], **self.pos)
+            holder = self.buffers.get(node)
+            out = [ast.keyword("out", self.load(self.names[id(holder)]), **self.pos)] if holder is not None else []
+            return ast.Call(function, [self.expr(a) for a in node.args], out, **self.pos)
         if target is getattr and _is_field(node.args):
             # A field of an op's namedtuple result (``x.max(1).values``): the raw result has it too.
             return ast.Attribute(self.expr(node.args[0]), node.args[1], _LOAD, **self.pos)

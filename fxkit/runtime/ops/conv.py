@@ -120,7 +120,7 @@ def _check_weight_and_bias(name, nd, x_shape, w_shape, bias, groups, transposed)
     return out_channels
 
 
-def _conv_geometry(name, nd, x, weight, bias, stride, padding, dilation, groups):
+def conv_geometry(name, nd, x, weight, bias, stride, padding, dilation, groups):
     """Check a convolution's arguments like PyTorch.
 
     Returns ``(batched, stride, pads, dilation, out_shape)``; ``pads`` holds a
@@ -199,7 +199,7 @@ def _conv2d_nchw(xp, x, weight, bias, stride, pads, dilation, groups):
 
 
 def _conv2d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    out_shape = _conv_geometry("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)[-1]
+    out_shape = conv_geometry("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)[-1]
     return TensorMeta(out_shape, input.dtype, input.device)
 
 
@@ -219,14 +219,14 @@ def conv2d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
         >>> fxkit.conv2d(fxkit.randn(8, 3, 32, 32), fxkit.randn(16, 3, 3, 3), padding=1).shape
         (8, 16, 32, 32)
     """
-    batched, stride, pads, dilation, out_shape = _conv_geometry(
+    batched, stride, pads, dilation, out_shape = conv_geometry(
         "conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
     x = input if batched else input[None]
     return _conv2d_nchw(xp, x, weight, bias, stride, pads, dilation, groups).reshape(out_shape)
 
 
 def _conv1d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    out_shape = _conv_geometry("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)[-1]
+    out_shape = conv_geometry("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)[-1]
     return TensorMeta(out_shape, input.dtype, input.device)
 
 
@@ -239,7 +239,7 @@ def conv1d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
         weight: ``(out_channels, C / groups, kL)``.
         bias, stride, padding, dilation, groups: as in `conv2d`, with single values.
     """
-    batched, (s,), (pads,), (d,), out_shape = _conv_geometry(
+    batched, (s,), (pads,), (d,), out_shape = conv_geometry(
         "conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
     x = input[:, :, None, :] if batched else input[None, :, None, :]
     out = _conv2d_nchw(xp, x, weight[:, :, None, :], bias, (1, s), ((0, 0), pads), (1, d), groups)

@@ -1,0 +1,279 @@
+"""How the numba backend runs each convolution: registry-keyed lowering rules and their calls.
+
+Eager ``conv2d`` (`fxkit.runtime.ops.conv`) keeps PyTorch's NCHW layout: im2col
+columns per image and one matrix product per image (or, on small maps, two
+transposing copies around one product), and every call allocates its padded
+input, its columns and its result. A compiled specialisation knows every
+shape, so each conv node gets a call object, made once at lowering, that
+computes in **channels-last** memory and keeps its buffers:
+
+* **gemm** (1x1, stride 1, no padding, one group): the ``(N, H, W, C)`` input
+  *is* the column matrix: one ``(N*H*W, C) @ (C, OC)`` product, no im2col.
+* **im2col** (other single-group convs): the padded input lives in a buffer
+  whose zero border is written once, the windows are copied into a reused
+  ``(N*OH*OW, KH*KW*C)`` column buffer, one product covers every image.
+* **depthwise** (``groups == in_channels``, one input channel per filter): the
+  channels-last numba kernel of `fxkit.backends.numba_conv`, no columns at all.
+
+Why channels-last: on the reference machine's OpenBLAS (2 threads) one
+``(25088, 64) @ (64, 256)`` product took 72 ms where the eight per-image
+``(256, 64) @ (64, 3136)`` products of the same 1x1 conv took 347 ms
+(interleaved medians, ResNet-50's layer1 at batch 8). BLAS's speed depends on
+the orientation: ``(pixels, K) @ (K, OC)`` won 49 against 222 ms for 784
+pixels and 128 channels, but lost 336 against 54 ms for 196 pixels and 256
+channels, and 604 against 48 ms for 49 pixels and 512 channels. So a conv
+whose output has fewer pixels (``N*OH*OW``) than channels runs
+**channel-major** instead: one ``(OC, K) @ (K, N*OH*OW)`` product over columns
+gathered from its input's windows in any layout, its result an NCHW view of
+the ``(OC, N, OH, OW)`` product. Results are
+``(N, OC, OH, OW)`` views of ``(N, OH, OW, OC)`` buffers, so the graph stays
+NCHW while the memory stays channels-last from conv to conv: the next conv
+reads its input without a copy, and the elementwise tail between them (the
+bias is added to the product's rows in place; ReLU, residual adds) runs as
+one kernel over the arrays' memory order (`fxkit.backends.numba_launch`).
+Only ops that need another layout copy (a pooling, a flatten).
+
+Anything else (grouped convs that are not depthwise, unbatched or non-float
+inputs, keyword arguments) keeps numpy's ``conv2d``; every choice is a
+`Decision` that ``compiled.explain()`` prints. Rules are keyed by the registry
+op (`CONV_RULES`), never by a node's name.
+
+Results follow `fxkit.backends.numba_launch`'s contract: an output buffer is
+written again only once nothing outside its pool refers to it (CPython's
+reference count; a view counts), so a result the caller or the generated
+code keeps stays valid.
+"""
+import math
+import sys
+
+import numpy as np
+
+from fxkit.backends.cost_model import Decision
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.ops.conv import conv_geometry
+from fxkit.runtime.registry import get_op
+
+POOL = 2
+"""Outputs kept per conv call: two let ``y = f(x)`` in a loop alternate without allocating."""
+_FREE = 3  # references to a free pooled buffer inside `take`: the pool, the loop variable, getrefcount's argument
+_FLOATS = ("float32", "float64")
+
+
+def take(pool, shape, dtype, make=np.empty):
+    """A buffer from ``pool`` nothing else refers to, else a new one (kept when the pool has room)."""
+    for buf in pool:
+        if sys.getrefcount(buf) == _FREE:
+            return buf
+    buf = make(shape, dtype)
+    if len(pool) < POOL:
+        pool.append(buf)
+    return buf
+
+
+class _ConvCall:
+    """Base of the conv calls: called like ``conv2d_impl`` without ``xp``, positional arguments only."""
+
+    __slots__ = ("__name__", "shape", "dtype", "_outputs")
+
+    def __init__(self, name, out_meta):
+        self.__name__ = name
+        self.shape = tuple(out_meta.shape)
+        self.dtype = out_meta.dtype.np
+        self._outputs = []
+
+    def _output(self):
+        return take(self._outputs, self.shape, self.dtype)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.__name__} -> {self.shape}>"
+
+
+def _packed(call, weight, pack):
+    """``pack(weight)``, computed once per weight array (generated code passes the same constant each call)."""
+    if call._weight is not weight:
+        call._weight, call._packed = weight, np.ascontiguousarray(pack(weight))
+    return call._packed
+
+
+class _ChannelsLast(_ConvCall):
+    """A conv computed in channels-last memory: its input read as ``(N, H, W, C)``, its result an
+    ``(N, OC, OH, OW)`` view of an ``(N, OH, OW, OC)`` buffer."""
+
+    __slots__ = ("_inputs", "_weight", "_packed")
+
+    def __init__(self, name, out_meta):
+        n, oc, oh, ow = out_meta.shape
+        super().__init__(name, out_meta)
+        self.shape = (n, oh, ow, oc)
+        self._inputs, self._weight, self._packed = [], None, None
+
+    def _input(self, x):
+        """``x`` as C-contiguous ``(N, H, W, C)``: a view when it already lies so (a channels-last
+        conv's or kernel's result), else copied into a reused buffer."""
+        rows = x.transpose(0, 2, 3, 1)
+        if rows.flags.c_contiguous:
+            return rows
+        buf = take(self._inputs, rows.shape, rows.dtype)
+        np.copyto(buf, rows)
+        return buf
+
+
+class GemmConv(_ChannelsLast):
+    """A 1x1, stride-1, unpadded, single-group conv: one ``(N*H*W, C) @ (C, OC)`` product, no im2col."""
+
+    __slots__ = ()
+
+    def __call__(self, x, weight, bias=None, *geometry):
+        rows = self._input(x)
+        n, h, w, c = rows.shape
+        out = self._output()
+        flat = out.reshape(n * h * w, -1)
+        np.matmul(rows.reshape(n * h * w, c), _packed(self, weight, lambda v: v.reshape(v.shape[0], c).T), out=flat)
+        if bias is not None:
+            flat += bias
+        return out.transpose(0, 3, 1, 2)
+
+
+class Im2colConv(_ChannelsLast):
+    """A single-group conv: channels-last im2col into a reused buffer, then one product over all images."""
+
+    __slots__ = ("pads", "stride", "dilation", "_padded", "_columns")
+
+    def __init__(self, name, out_meta, pads, stride, dilation):
+        super().__init__(name, out_meta)
+        self.pads, self.stride, self.dilation = pads, stride, dilation
+        self._padded, self._columns = [], []
+
+    def __call__(self, x, weight, bias=None, *geometry):
+        (pt, pb), (pl, pr) = self.pads
+        rows = self._input(x)
+        n, h, w, c = rows.shape
+        if pt or pb or pl or pr:
+            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
+            padded = take(self._padded, (n, pt + h + pb, pl + w + pr, c), rows.dtype, np.zeros)
+            padded[:, pt:pt + h, pl:pl + w] = rows
+            rows = padded
+        oc, _, kh, kw = weight.shape
+        _, oh, ow, _ = self.shape
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        s_n, s_h, s_w, s_c = rows.strides
+        columns = take(self._columns, (n * oh * ow, kh * kw * c), rows.dtype)
+        windows = np.lib.stride_tricks.as_strided(rows, (n, oh, ow, kh, kw, c),
+                                                  (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
+        np.copyto(columns.reshape(n, oh, ow, kh, kw, c), windows)
+        out = self._output()
+        flat = out.reshape(n * oh * ow, oc)
+        np.matmul(columns, _packed(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(kh * kw * c, oc)),
+                  out=flat)
+        if bias is not None:
+            flat += bias
+        return out.transpose(0, 3, 1, 2)
+
+
+class ChannelMajorConv(_ConvCall):
+    """A single-group conv as one ``(OC, C*KH*KW) @ (C*KH*KW, N*OH*OW)`` product: the columns are
+    gathered from the input's windows whatever its memory layout, and the result is an
+    ``(N, OC, OH, OW)`` view of the ``(OC, N, OH, OW)`` product (no transposing copy). For outputs
+    with fewer pixels than channels, where BLAS runs this orientation fastest."""
+
+    __slots__ = ("pads", "stride", "dilation", "_padded", "_columns")
+
+    def __init__(self, name, out_meta, pads, stride, dilation):
+        n, oc, oh, ow = out_meta.shape
+        super().__init__(name, out_meta)
+        self.shape = (oc, n * oh * ow)
+        self.pads, self.stride, self.dilation = pads, stride, dilation
+        self._padded, self._columns = [], []
+
+    def __call__(self, x, weight, bias=None, *geometry):
+        (pt, pb), (pl, pr) = self.pads
+        n, c, h, w = x.shape
+        if pt or pb or pl or pr:
+            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
+            padded = take(self._padded, (c, n, pt + h + pb, pl + w + pr), x.dtype, np.zeros)
+            padded[:, :, pt:pt + h, pl:pl + w] = x.transpose(1, 0, 2, 3)
+            x = padded.transpose(1, 0, 2, 3)
+        oc, _, kh, kw = weight.shape
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+        ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        s_n, s_c, s_h, s_w = x.strides
+        windows = np.lib.stride_tricks.as_strided(x, (c, kh, kw, n, oh, ow),
+                                                  (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))
+        columns = take(self._columns, (c * kh * kw, n * oh * ow), x.dtype)
+        np.copyto(columns.reshape(c, kh, kw, n, oh, ow), windows)
+        out = self._output()
+        np.matmul(weight.reshape(oc, c * kh * kw), columns, out=out)
+        if bias is not None:
+            out += bias.reshape(oc, 1)
+        return out.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3)
+
+
+class DepthwiseConv(_ChannelsLast):
+    """A depthwise conv (one input channel per filter): `fxkit.backends.numba_conv`'s channels-last kernel."""
+
+    __slots__ = ("arguments", "parallel", "_kernel", "_zeros")
+
+    def __init__(self, name, out_meta, weight_shape, pads, stride, dilation):
+        super().__init__(name, out_meta)
+        from fxkit.backends import numba_conv  # NOTE: numba loads only when a depthwise conv is lowered
+
+        self.arguments = (*stride, pads[0][0], pads[1][0], *dilation)
+        self.parallel = math.prod(self.shape) * math.prod(weight_shape[2:]) >= numba_conv.PARALLEL_MIN_WORK
+        self._kernel = numba_conv.depthwise_conv2d_nhwc if self.parallel else numba_conv.depthwise_conv2d_nhwc_serial
+        self._zeros = np.zeros(self.shape[-1], self.dtype)
+        numba_conv.warm(self.dtype)
+
+    def __call__(self, x, weight, bias=None, *geometry):
+        out = self._output()
+        taps = _packed(self, weight, lambda v: v[:, 0].transpose(1, 2, 0))
+        self._kernel(out, self._input(x), taps, self._zeros if bias is None else bias, *self.arguments)
+        return out.transpose(0, 3, 1, 2)
+
+
+def lower_conv2d(node):
+    """``(call or None, Decision)`` for a ``conv2d`` node (see the module docstring)."""
+    conv = node.target
+    if node.kwargs:
+        return None, Decision(node.name, "numpy conv2d", "called with keyword arguments (conv calls are positional)")
+    metas = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
+    bound = conv.signature.bind(*metas).arguments
+    x, weight, bias = bound["input"], bound["weight"], bound.get("bias")
+    out = node.meta.get("tensor_meta")
+    if not all(isinstance(m, TensorMeta) for m in (x, weight, out)) or (bias is not None
+                                                                         and not isinstance(bias, TensorMeta)):
+        return None, Decision(node.name, "numpy conv2d", "an operand's metadata is unknown")
+    if len(x.shape) != 4:
+        return None, Decision(node.name, "numpy conv2d", "unbatched input")
+    if x.dtype.name not in _FLOATS or not all(isinstance(d, int) for d in x.shape):
+        return None, Decision(node.name, "numpy conv2d", f"{x.dtype.name} input (rules take float32/float64)")
+    groups = bound.get("groups", 1)
+    _, stride, pads, dilation, _ = conv_geometry("conv2d", 2, x, weight, bias, bound.get("stride", 1),
+                                                 bound.get("padding", 0), bound.get("dilation", 1), groups)
+    oc, cg, kh, kw = weight.shape
+    channels = x.shape[1]
+    if groups == channels and cg == 1 and groups > 1:
+        call = DepthwiseConv(f"{node.name}_depthwise", out, weight.shape, pads, stride, dilation)
+        threads = "numba's threads" if call.parallel else "one thread (little work)"
+        return call, Decision(node.name, "depthwise numba kernel, channels-last",
+                              f"groups == in_channels == {channels}: no im2col, vectorised along the "
+                              f"channels, {threads}")
+    if groups != 1:
+        return None, Decision(node.name, "numpy conv2d", f"grouped ({groups} groups) but not depthwise")
+    rows = out.shape[0] * out.shape[2] * out.shape[3]
+    if rows < oc:
+        return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
+            node.name, "im2col, channel-major", f"{rows} output pixels < {oc} channels: one (OC, K) @ (K, pixels) "
+                                                f"product, BLAS's faster orientation for wide outputs")
+    if (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0)):
+        return GemmConv(f"{node.name}_gemm", out), Decision(
+            node.name, "1x1 GEMM, channels-last", "stride 1, no padding: the input is the column matrix, "
+                                                  "one product over all images, no im2col")
+    kept = "padded input, columns" if any(p for pair in pads for p in pair) else "columns"
+    return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation), Decision(
+        node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "
+                                            f"{kept} and output kept across calls")
+
+
+CONV_RULES = {get_op("conv2d"): lower_conv2d}
+"""Registry op -> ``rule(node) -> (call or None, Decision)``: how the numba backend runs that op."""

@@ -1,0 +1,113 @@
+"""The numba backend's cost model: a fused kernel only where it beats numpy's path.
+
+A generated kernel computes a fused group in one pass over memory, on every
+core, where numpy runs one pass per op; but calling it costs more than
+calling a ufunc (the `KernelCall` dispatch and numba's type check of every
+argument). For a tiny group (one cheap op over a few hundred elements) that
+overhead is all there is, and numpy's ufunc, writing into a buffer the memory
+plan found dead, is faster. `fused_decision` estimates both:
+
+    numpy: sum over the group's ops of  passes(op) * (NUMPY_CALL_US + elements * NUMPY_NS)
+    numba: NUMBA_CALL_US + elements * NUMBA_NS
+
+where ``passes(op)`` is 1 for an op that is one ufunc
+(`fxkit.backends.memory_plan.UFUNC_FORMS`) and `COMPOSITE_PASSES` for the
+others (``sigmoid``, ``gelu``, ``silu`` run several numpy expressions), and a
+row reduction (softmax, layer_norm) counts `ROW_PASSES`. The constants were
+measured on the reference machine (2 cores; compiled ``relu``, ``relu(a + b)``
+and ``sigmoid(a) * b`` over 16 to 4e6 float32 elements, numpy against numba
+backends): a lone ``relu`` is faster in numpy below ~2000 elements, every
+two-op group was faster in numba from 16 elements up. A group that loses runs
+its ops as the numpy backend would (`inline_group`).
+
+Each choice is a `Decision`; ``compiled.explain()`` prints them.
+"""
+import math
+from typing import NamedTuple
+
+from fxkit.backends.memory_plan import UFUNC_FORMS
+from fxkit.codegen.numba_reduction import row_node
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.op import Op
+
+NUMPY_CALL_US = 1.0
+"""Cost of one numpy ufunc call in generated code, microseconds."""
+NUMPY_NS = 0.3
+"""Cost of one numpy pass per element, nanoseconds (float32, read + write)."""
+NUMBA_CALL_US = 2.0
+"""Cost of one generated kernel call (dispatch, argument checks, output pick), microseconds."""
+NUMBA_NS = 0.1
+"""Cost of a fused kernel per element, nanoseconds (one pass, vectorised, threaded when large)."""
+COMPOSITE_PASSES = 3
+"""numpy calls (passes) assumed for an elementwise op that is not exactly one ufunc."""
+ROW_PASSES = 4
+"""numpy calls (passes) assumed for a row reduction (max, exp, sum, divide for softmax)."""
+
+
+class Decision(NamedTuple):
+    """One lowering choice of the numba backend: which node, what it runs as, and why."""
+
+    node: str
+    choice: str
+    reason: str
+
+    def __str__(self):
+        return f"{self.node}: {self.choice} ({self.reason})"
+
+
+def estimate_us(fused, elements):
+    """``(numpy microseconds, numba microseconds)`` for a fused group over ``elements`` elements."""
+    ops = [n for n in fused.graph.nodes if n.op == "call"]
+    row = row_node(fused.graph)
+    numpy_us = 0.0
+    for node in ops:
+        if node is row:
+            passes = ROW_PASSES
+        elif isinstance(node.target, Op) and node.target in UFUNC_FORMS:
+            passes = 1
+        else:
+            passes = COMPOSITE_PASSES
+        numpy_us += passes * (NUMPY_CALL_US + elements * NUMPY_NS * 1e-3)
+    return numpy_us, NUMBA_CALL_US + elements * NUMBA_NS * 1e-3
+
+
+def fused_decision(node):
+    """``(keep the kernel, Decision)`` for a call of a `FusedOp` whose metadata is filled."""
+    fused = node.target
+    metas = [a.meta.get("tensor_meta") for a in node.args if hasattr(a, "meta")]
+    out = node.meta.get("tensor_meta")
+    metas += list(out) if isinstance(out, tuple) else [out]
+    sizes = [math.prod(m.shape) for m in metas if isinstance(m, TensorMeta)
+             and all(isinstance(d, int) for d in m.shape)]
+    elements = max(sizes, default=0)
+    numpy_us, numba_us = estimate_us(fused, elements)
+    ops = [n.target.name if isinstance(n.target, Op) else str(n.target) for n in fused.graph.nodes
+           if n.op == "call"]
+    what = f"{', '.join(ops)} over {elements} elements: est. numba {numba_us:.1f} us, numpy {numpy_us:.1f} us"
+    if numba_us <= numpy_us:
+        return True, Decision(node.name, f"numba kernel {fused.name}", what)
+    return False, Decision(node.name, "numpy ops", what)
+
+
+def inline_group(graph, node):
+    """Replace the fused call ``node`` by its body's nodes (and its ``getitem`` picks by their values)."""
+    fused = node.target
+    env = {}
+    body_output = None
+    placeholders = iter(node.args)
+    with graph.inserting_before(node):
+        for inner in fused.graph.nodes:
+            if inner.op == "placeholder":
+                env[inner] = next(placeholders)
+            elif inner.op == "output":
+                body_output = inner.args[0]
+            else:
+                env[inner] = graph.node_copy(inner, env.__getitem__)
+    if isinstance(body_output, tuple):
+        for user in list(node.users):
+            # NOTE: fuse_elementwise reads a multi-output group only through getitem picks.
+            user.replace_all_uses_with(env[body_output[user.args[1]]])
+            graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(env[body_output])
+    graph.erase_node(node)

@@ -1,0 +1,207 @@
+"""The numba backend's convolution rules and cost model: each rule's choice, its values against
+eager and PyTorch, the conv's elementwise tail written in place, buffers reused across calls."""
+import numpy as np
+import pytest
+
+import fxkit
+from fxkit import nn, ops
+from fxkit.backends import conv_lowering, cost_model
+from tests.backends.examples import randn
+
+pytest.importorskip("numba")
+
+
+def _conv_model(in_channels, out_channels, kernel, stride=1, padding=0, dilation=1, groups=1, bias=True):
+    return nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=padding, dilation=dilation,
+                     groups=groups, bias=bias).eval()
+
+
+def _decisions(compiled):
+    return {d.node: d for d in compiled._last.lowered.decisions}
+
+
+# (conv arguments, input shape, the rule's choice)
+CONVS = [
+    ((8, 16, 1), (2, 8, 9, 7), "1x1 GEMM, channels-last"),
+    ((8, 16, 1, 1, 0, 1, 1, False), (2, 8, 20, 20), "1x1 GEMM, channels-last"),
+    ((8, 16, 1, 2), (2, 8, 9, 7), "im2col, channels-last"),
+    ((3, 8, 3, 1, 1), (2, 3, 20, 18), "im2col, channels-last"),  # per-image products
+    ((3, 8, 3, 2, 2, 2), (2, 3, 11, 9), "im2col, channels-last"),  # one folded product
+    ((6, 6, 3, 1, 1, 1, 6), (2, 6, 30, 26), "depthwise numba kernel, channels-last"),
+    ((4, 8, (3, 5), (2, 1), (1, 2), 1, 4), (1, 4, 52, 50), "depthwise numba kernel, channels-last"),  # multiplier 2
+    ((4, 4, 3, 1, 2, 2, 4, False), (2, 4, 25, 27), "depthwise numba kernel, channels-last"),  # dilation
+    ((4, 4, 4, 1, "same", 1, 4), (1, 4, 24, 24), "depthwise numba kernel, channels-last"),  # uneven padding
+    ((6, 6, 3, 1, 1, 1, 6), (2, 6, 7, 7), "depthwise numba kernel, channels-last"),  # small maps
+    ((4, 8, 3, 1, 1, 1, 2), (2, 4, 6, 6), "numpy conv2d"),  # grouped, not depthwise
+    ((16, 64, 3, 1, 1), (1, 16, 5, 5), "im2col, channel-major"),  # fewer pixels than channels
+    ((16, 64, 1), (2, 16, 4, 3), "im2col, channel-major"),
+    ((16, 64, 3, 2, 2, 2, 1, False), (2, 16, 9, 8), "im2col, channel-major"),
+]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding=.same.")
+@pytest.mark.parametrize("arguments, shape, choice", CONVS, ids=[f"{c[2]}-{i}" for i, c in enumerate(CONVS)])
+def test_each_conv_rule_matches_eager_and_pytorch(arguments, shape, choice, rng):
+    torch = pytest.importorskip("torch")
+    conv = _conv_model(*arguments)
+    x = randn(rng, *shape)
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
+    (decision,) = [d for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
+    assert decision.choice == choice
+    for inputs in (x, randn(rng, *shape)):  # a second call runs on the reused buffers
+        expected = conv(inputs).numpy()
+        got = compiled(inputs).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        reference = torch.nn.functional.conv2d(
+            torch.from_numpy(inputs.numpy()), torch.from_numpy(conv.weight.numpy()),
+            None if conv.bias is None else torch.from_numpy(conv.bias.numpy()), conv.stride, conv.padding,
+            conv.dilation, conv.groups).numpy()
+        np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_chains_across_layouts_match_eager(rng):
+    # channels-last (3x3, 1x1), then channel-major (fewer pixels than channels) reading a channels-last
+    # view, then depthwise reading a channel-major view, then a 1x1 product reading its channels-last result.
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 96, 3, 2, 1),
+                          nn.SiLU(), nn.Conv2d(96, 96, 3, 1, 1, groups=96), nn.Conv2d(96, 8, 1)).eval()
+    x = randn(rng, 2, 4, 11, 11)
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+    choices = [d.choice for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
+    assert choices == ["im2col, channels-last", "1x1 GEMM, channels-last", "im2col, channel-major",
+                       "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
+    for inputs in (x, randn(rng, 2, 4, 11, 11)):
+        np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_results_kept_across_calls_are_never_overwritten(rng):
+    conv = _conv_model(3, 4, 3, 1, 1)
+    x1, x2 = randn(rng, 2, 3, 17, 17), randn(rng, 2, 3, 17, 17)
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x1])
+    first = compiled(x1)
+    kept = first.numpy().copy()
+    second = compiled(x2)
+    third = compiled(x1)
+    np.testing.assert_array_equal(first.numpy(), kept)
+    np.testing.assert_array_equal(third.numpy(), kept)
+    np.testing.assert_allclose(second.numpy(), conv(x2).numpy(), rtol=1e-5, atol=1e-5)
+
+
+class _Block(nn.Module):
+    """conv-bn-activation, twice, plus a residual: the tail of each conv is one kernel."""
+
+    def __init__(self, activation):
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.act = activation
+
+    def forward(self, x):
+        y = self.act(self.bn1(self.conv1(x)))
+        return self.act(self.bn2(self.conv2(y)) + x)
+
+
+def _randomise_batch_norms(model, rng):
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            c = module.num_features
+            module.running_mean = fxkit.from_numpy(rng.standard_normal(c).astype(np.float32))
+            module.running_var = fxkit.from_numpy(rng.uniform(0.5, 2.0, c).astype(np.float32))
+            module.weight = nn.Parameter(fxkit.from_numpy(rng.uniform(0.5, 1.5, c).astype(np.float32)))
+            module.bias = nn.Parameter(fxkit.from_numpy(rng.standard_normal(c).astype(np.float32)))
+    return model.eval()
+
+
+@pytest.mark.parametrize("activation", [nn.ReLU(), nn.SiLU(), nn.Hardswish()], ids=["relu", "silu", "hardswish"])
+def test_bias_batch_norm_activation_and_residual_run_in_the_conv_output_pass(activation, rng):
+    model = _randomise_batch_norms(_Block(activation), rng)
+    x = randn(rng, 2, 8, 32, 32)  # large enough for the cost model to pick a kernel for a lone ReLU
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+    convs = [n for n in compiled.graph.nodes if n.op == "call" and getattr(n.target, "name", "") == "conv2d"]
+    assert len(convs) == 2
+    for conv in convs:  # the folded batch norm is the conv's bias, added to the product's rows
+        assert conv.args[2] is not None and conv.args[2].op == "get_attr"
+        (user,) = conv.users
+        assert type(user.target).__name__ == "FusedOp", f"{conv.name} is read by {user.target}, not a kernel"
+    # The epilogue kernels write into a dead buffer (the conv's channels-last output or the residual's).
+    assert compiled.code.count("out=") == 2, compiled.code
+    for inputs in (x, randn(rng, 2, 8, 32, 32)):
+        np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
+class _InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expand, 3x3 depthwise, 1x1 project, residual."""
+
+    def __init__(self, channels, expand):
+        super().__init__()
+        hidden = channels * expand
+        self.expand = nn.Sequential(nn.Conv2d(channels, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6())
+        self.depthwise = nn.Sequential(nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False),
+                                       nn.BatchNorm2d(hidden), nn.ReLU6())
+        self.project = nn.Sequential(nn.Conv2d(hidden, channels, 1, bias=False), nn.BatchNorm2d(channels))
+
+    def forward(self, x):
+        return x + self.project(self.depthwise(self.expand(x)))
+
+
+def test_a_mobilenet_block_matches_eager_and_pytorch(rng):
+    torch = pytest.importorskip("torch")
+    model = _randomise_batch_norms(_InvertedResidual(8, 4), rng)
+    x = randn(rng, 2, 8, 28, 28)
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+    choices = [d.choice for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
+    assert choices == ["1x1 GEMM, channels-last", "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
+    got = compiled(x).numpy()
+    np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-4)
+    # PyTorch's block with the same weights and statistics.
+    t_model = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 32, 1, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU6(),
+        torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU6(),
+        torch.nn.Conv2d(32, 8, 1, bias=False), torch.nn.BatchNorm2d(8)).eval()
+    ours = list(model.expand) + list(model.depthwise) + list(model.project)
+    with torch.no_grad():
+        for theirs, mine in zip(t_model, ours):
+            for name, value in mine.state_dict().items():
+                getattr(theirs, name).copy_(torch.from_numpy(value.numpy()))
+        reference = (torch.from_numpy(x.numpy()) + t_model(torch.from_numpy(x.numpy()))).numpy()
+    np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_the_cost_model_keeps_numpy_for_a_tiny_lone_op_and_fuses_a_large_one(rng):
+    small, large = randn(rng, 8), randn(rng, 100_000)
+    tiny = fxkit.compile(lambda v: ops.relu(v), backend="numba", example_inputs=[small])
+    assert not tiny.kernel_sources() and "fused" not in tiny.code, tiny.code
+    assert "numpy ops" in tiny.explain()
+    np.testing.assert_array_equal(tiny(small).numpy(), np.maximum(small.numpy(), 0))
+    big = fxkit.compile(lambda v: ops.relu(v), backend="numba", example_inputs=[large])
+    assert list(big.kernel_sources()) == ["fused_0"]
+    assert "numba kernel fused_0" in big.explain()
+    np.testing.assert_array_equal(big(large).numpy(), np.maximum(large.numpy(), 0))
+
+
+def test_a_multi_output_group_that_loses_is_inlined_with_its_picks(rng):
+    def two(a, b):
+        s = a + b
+        return ops.relu(s), s * a
+
+    a, b = randn(rng, 4), randn(rng, 4)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cost_model, "NUMBA_CALL_US", 1e9)  # every group loses
+        compiled = fxkit.compile(two, backend="numba", example_inputs=[a, b])
+    assert not compiled.kernel_sources()
+    got = compiled(a, b)
+    expected = two(a, b)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g.numpy(), e.numpy())
+
+
+def test_estimates_grow_with_size_and_count_composite_ops_as_several_passes():
+    group = fxkit.compile(lambda v: ops.sigmoid(v) * v, backend="numba", example_inputs=[(1000,)])
+    fused = next(n.target for n in group.graph.nodes if n.op == "call" and type(n.target).__name__ == "FusedOp")
+    numpy_small, numba_small = cost_model.estimate_us(fused, 10)
+    numpy_large, numba_large = cost_model.estimate_us(fused, 10_000)
+    assert numpy_large > numpy_small and numba_large > numba_small
+    # sigmoid is not one ufunc: COMPOSITE_PASSES calls, plus one for the multiply.
+    assert numpy_small == pytest.approx((cost_model.COMPOSITE_PASSES + 1) * (cost_model.NUMPY_CALL_US + 0.003))
+
