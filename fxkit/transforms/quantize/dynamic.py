@@ -83,12 +83,16 @@ def quantize_dynamic(gm, per_channel=True, filter_fn=None):
 
 def _linear_layer(gm, node):
     """``(x, weight name, weight is (in, out), bias node or None)`` when ``node`` is a linear layer, else None."""
-    if node.op == "call_module":
+    if node.is_module(gm, Linear):
         module = gm.get_submodule(node.target)
-        if not isinstance(module, Linear) or len(node.args) != 1 or node.kwargs:
+        if len(node.args) != 1 or node.kwargs:
             return None
-        with gm.graph.inserting_before(node):
-            bias = None if module.bias is None else gm.graph.get_attr(f"{node.target}.bias")
+        bias = None
+        if module.bias is not None:  # moved onto gm, so that the Linear submodule can go
+            name = _free_name(gm, f"{node.target.replace('.', '_')}_bias")
+            gm.register_buffer(name, module.bias.detach())
+            with gm.graph.inserting_before(node):
+                bias = gm.graph.get_attr(name)
         return node.args[0], f"{node.target}.weight", False, bias
     if node.op != "call":
         return None
@@ -137,9 +141,14 @@ def _quantized_weight(gm, weight_name, transposed, per_channel):
     base = weight_name.replace(".", "_")
     names = []
     for suffix, array in (("int8", int8), ("scale", scale)):
-        name, i = f"{base}_{suffix}", 1
-        while hasattr(gm, name):
-            name, i = f"{base}_{suffix}_{i}", i + 1
-        gm.register_buffer(name, Tensor._make(tensor.device.xp.asarray(np.ascontiguousarray(array)), tensor.device))
+        name = _free_name(gm, f"{base}_{suffix}")
+        gm.register_buffer(name, Tensor._make(tensor.device.xp.asarray(np.array(array, order="C")), tensor.device))
         names.append(name)
     return tuple(names)
+
+
+def _free_name(gm, base):
+    name, i = base, 1
+    while hasattr(gm, name):
+        name, i = f"{base}_{i}", i + 1
+    return name
