@@ -136,7 +136,13 @@ def _input_elements(out, input, *args, **kwargs):
 
 
 def _per_element(count):
-    return lambda out, *args, **kwargs: count * numel(_first(out))
+    return lambda out, *args, **kwargs: count * _elements(out)
+
+
+def _elements(out):
+    """Elements of the first tensor of ``out``; 0 for arithmetic on sizes (``x.size(0) * 12`` gives a number)."""
+    meta = next(_tensor_metas(out), None)
+    return 0 if meta is None else numel(meta)
 
 
 def _batch_norm(out, input, running_mean, running_var, weight=None, bias=None, training=False, *args, **kwargs):
