@@ -170,7 +170,8 @@ FLOP_RULES = {
     get_op("conv2d"): _conv, get_op("conv1d"): _conv, get_op("conv_transpose2d"): _conv_transpose,
     get_op("conv2d_weight_grad"): _conv_weight_grad,
     # integer multiply-adds count like float ones: the same work in another number format
-    get_op("quantized_linear"): _contracting(0), get_op("quantized_conv2d"): _conv,
+    get_op("quantized_linear"): _contracting(0), get_op("quantized_dynamic_linear"): _contracting(0),
+    get_op("quantized_conv2d"): _conv,
     get_op("max_pool2d"): _window, get_op("avg_pool2d"): _window,
     get_op("adaptive_avg_pool2d"): _input_elements, get_op("adaptive_max_pool2d"): _input_elements,
     get_op("batch_norm"): _batch_norm,
