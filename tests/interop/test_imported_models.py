@@ -37,8 +37,20 @@ TOLERANCE = 1e-4
 SEED, BATCH = 11, 2
 
 
-def _params(names):
-    return [pytest.param(name, marks=[pytest.mark.slow] + ([] if name in FAST else [pytest.mark.corpus]))
+# Known failures, found by this module and not fixed yet (issue 14):
+GRAD_KNOWN_FAILURES = {
+    "transformers/DistilBertModel": "the float64 copy's gradient of embeddings.word_embeddings.weight is off by "
+                                    "~100% (relative error 0.997); not diagnosed yet",
+    "transformers/T5ForConditionalGeneration": "the imported graph bakes float32 into its attention mask, so the "
+                                               "float64 copy fails in scaled_dot_product_attention (attn_mask "
+                                               "float32 vs query float64); import the float64 torch model instead",
+}
+
+
+def _params(names, known=None):
+    known = known or {}
+    return [pytest.param(name, marks=[pytest.mark.slow] + ([] if name in FAST else [pytest.mark.corpus])
+                         + ([pytest.mark.xfail(reason=known[name], strict=True)] if name in known else []))
             for name in names]
 
 
@@ -124,7 +136,7 @@ def _float64_inputs(inputs):
     return tuple(x.double() if x.is_floating_point() else x for x in inputs)
 
 
-@pytest.mark.parametrize("name", _params(NAMES))
+@pytest.mark.parametrize("name", _params(NAMES, GRAD_KNOWN_FAILURES))
 def test_grad_of_first_and_last_layer_matches_torch(name):
     entry, gm, model = _float64(name)
     names = list(dict(gm.named_parameters()))
