@@ -21,8 +21,8 @@ except ImportError as exc:  # an optional dependency: say how to get it
 from fxkit.errors import FxkitError, LoweringError, format_error
 from fxkit.graph import GraphModule, map_arg
 from fxkit.interop import (  # noqa: F401  (fill the tables)
-    onnx_rules_attention, onnx_rules_index, onnx_rules_nn, onnx_rules_quantized, onnx_rules_resample,
-    onnx_rules_shape)
+    onnx_rules_attention, onnx_rules_dynamic_quantized, onnx_rules_index, onnx_rules_nn, onnx_rules_quantized,
+    onnx_rules_resample, onnx_rules_shape)
 from fxkit.interop.onnx_builder import OnnxBuilder, Value, onnx_dtype
 from fxkit.interop.onnx_rules import MODULE_RULES, OP_RULES, Args
 from fxkit.runtime.meta import TensorMeta

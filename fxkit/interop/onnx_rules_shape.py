@@ -97,7 +97,7 @@ def _getitem(b, op, a, out):
         return picked.name if isinstance(picked, Value) else picked
     x, items = a.a, a.index if isinstance(a.index, tuple) else (a.index,)
     if sum(isinstance(i, Value) for i in items) > 1 or any(isinstance(i, (list, tuple)) for i in items):
-        raise unsupported(op, "indexing with several index tensors or lists", "index one dimension at a time")
+        return _gather_nd(b, op, x, items, out)
     rank = len(x.meta.shape)
     consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
     cur, pos = x.name, 0
@@ -121,6 +121,36 @@ def _getitem(b, op, a, out):
         else:
             raise unsupported(op, f"an index of type {type(item).__name__} ({item!r})")
     return cur
+
+
+def _gather_nd(b, op, x, items, out):
+    """``x[..., i0, i1, ...]`` with several index tensors side by side (full slices around them): GatherND.
+
+    The indexed dims move to the front, the index tensors broadcast against
+    each other (adding a zero of every other one keeps symbolic dims symbolic)
+    and stack into GatherND's last axis; the result's broadcast index dims then
+    move back to where the first index stood, as numpy and torch place them.
+    """
+    full = slice(None)
+    positions = [p for p, i in enumerate(items) if isinstance(i, Value)]
+    first, count = positions[0], len(positions)
+    rest = [i for p, i in enumerate(items) if p not in positions]
+    if (positions != list(range(first, first + count)) or any(not (i == full or i is Ellipsis) for i in rest)
+            or Ellipsis in items[:first] or any(items[p].meta.dtype is _dt.bool_ for p in positions)):
+        raise unsupported(op, "indexing with several index tensors that are not side by side, or mixed with "
+                          "lists, numbers, None or partial slices", "index one dimension at a time")
+    rank = len(x.meta.shape)
+    indices = [b.cast(items[p], _dt.int64) for p in positions]
+    zero = b.scalar(0, _dt.int64)
+    spread = indices[0] if count == 1 else b.op("Mul", indices[0], zero)
+    for index in indices[1:]:
+        spread = b.op("Add", spread, b.op("Mul", index, zero))
+    stacked = b.op("Concat", *[b.op("Unsqueeze", b.op("Add", i, spread), b.ints([-1])) for i in indices], axis=-1)
+    front = list(range(first, first + count)) + list(range(first)) + list(range(first + count, rank))
+    gathered = b.op("GatherND", b.op("Transpose", x.name, perm=front), stacked)
+    batch = len(out.shape) - (rank - count)
+    back = list(range(batch, batch + first)) + list(range(batch)) + list(range(batch + first, len(out.shape)))
+    return gathered if back == sorted(back) else b.op("Transpose", gathered, perm=back)
 
 
 def _slice(b, op, x, pos, item):

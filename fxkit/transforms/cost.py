@@ -136,7 +136,13 @@ def _input_elements(out, input, *args, **kwargs):
 
 
 def _per_element(count):
-    return lambda out, *args, **kwargs: count * numel(_first(out))
+    return lambda out, *args, **kwargs: count * _elements(out)
+
+
+def _elements(out):
+    """Elements of the first tensor of ``out``; 0 for arithmetic on sizes (``x.size(0) * 12`` gives a number)."""
+    meta = next(_tensor_metas(out), None)
+    return 0 if meta is None else numel(meta)
 
 
 def _batch_norm(out, input, running_mean, running_var, weight=None, bias=None, training=False, *args, **kwargs):
@@ -164,7 +170,8 @@ FLOP_RULES = {
     get_op("conv2d"): _conv, get_op("conv1d"): _conv, get_op("conv_transpose2d"): _conv_transpose,
     get_op("conv2d_weight_grad"): _conv_weight_grad,
     # integer multiply-adds count like float ones: the same work in another number format
-    get_op("quantized_linear"): _contracting(0), get_op("quantized_conv2d"): _conv,
+    get_op("quantized_linear"): _contracting(0), get_op("quantized_dynamic_linear"): _contracting(0),
+    get_op("quantized_conv2d"): _conv,
     get_op("max_pool2d"): _window, get_op("avg_pool2d"): _window,
     get_op("adaptive_avg_pool2d"): _input_elements, get_op("adaptive_max_pool2d"): _input_elements,
     get_op("batch_norm"): _batch_norm,

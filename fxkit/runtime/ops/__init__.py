@@ -23,5 +23,6 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     interpolate,
     pipe_split,
     quantized_ops,
+    dynamic_quantized,
     scalar_math,
 )

@@ -13,6 +13,7 @@ which observers watch which layers (`default_qconfig`: int8 everywhere).
 """
 from fxkit.transforms.quantize.calibrate import calibrate
 from fxkit.transforms.quantize.convert import ConversionReport, FloatNode, QParams, convert
+from fxkit.transforms.quantize.dynamic import quantize_dynamic
 from fxkit.transforms.quantize.fake_quantize import FakeQuantize, fake_quantize
 from fxkit.transforms.quantize.observers import (HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver,
                                                  ObserverBase, PerChannelMinMaxObserver)
@@ -26,4 +27,4 @@ __all__ = ["ConversionReport", "FakeQuantize", "FloatNode", "HistogramObserver",
            "MovingAverageMinMaxObserver", "ObserverBase", "PerChannelMinMaxObserver", "QConfig", "QConfigMapping",
            "QParams", "calibrate", "convert", "default_qat_qconfig", "default_qconfig", "enable_fake_quant",
            "enable_observer", "fake_quantize", "per_channel_qat_qconfig", "per_channel_qconfig", "prepare",
-           "prepare_qat", "x86_per_channel_qconfig", "x86_qconfig"]
+           "prepare_qat", "quantize_dynamic", "x86_per_channel_qconfig", "x86_qconfig"]

@@ -37,6 +37,7 @@ from fxkit.graph import GraphModule
 from fxkit.runtime.nn.module import Module
 from fxkit.tracer import symbolic_trace
 from fxkit.transforms.fold_conv_bn import FoldConvBN
+from fxkit.transforms.fold_conv_bn_ops import FoldConvBNOps
 from fxkit.transforms.quantize.fake_quantize import FakeQuantize, is_observer
 from fxkit.transforms.quantize.patterns import (find_layer, fused_relu, is_observer_call, is_transparent,
                                                 layer_parameters)
@@ -77,7 +78,7 @@ def prepare(model, qconfig_map=None, example_inputs=None):
         raise GraphError("prepare: the model is in training mode; post-training quantization observes an "
                          "eval-mode model (call model.eval() first), or use prepare_qat for quantization-aware "
                          "training")
-    gm = FoldConvBN()(RemoveDropout()(gm))
+    gm = FoldConvBNOps()(FoldConvBN()(RemoveDropout()(gm)))
     insert_observers(gm, mark_layers(gm, mapping))
     if example_inputs is not None:
         annotate_shapes(gm, example_inputs)
