@@ -13,7 +13,7 @@ to recompile.
 """
 from fxkit.errors import DeviceError, DTypeError, GraphError, ShapeError, format_error
 from fxkit.runtime.meta import TensorMeta
-from fxkit.runtime.op import short_dtype
+from fxkit.runtime.value_text import short_dtype
 from fxkit.runtime.tensor import Tensor
 from fxkit.transforms.infer_shapes import spec_meta
 

@@ -13,7 +13,7 @@ recorded ``meta["shape"]`` and ``meta["dtype"]``::
 from fxkit.graph.call_targets import called_graph
 from fxkit.graph.node import format_arg, format_operation, format_target
 from fxkit.runtime.dtypes import DType
-from fxkit.runtime.op import short_dtype
+from fxkit.runtime.value_text import short_dtype
 
 
 def format_type(meta):

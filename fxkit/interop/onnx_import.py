@@ -29,7 +29,9 @@ import numpy as np
 
 from fxkit.codegen.namespace import sanitize
 from fxkit.errors import FxkitError, GraphError, ResourceLimitError
-from fxkit.graph import Graph, GraphModule, Node, map_aggregate, map_arg
+from fxkit.graph import Graph, GraphModule, Node, map_arg
+from fxkit.interop.onnx_import_values import Const, Dims
+from fxkit.interop.onnx_node_call import NodeCall
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.alloc_limit import allocation_limit, human_bytes
 from fxkit.runtime.meta import TensorMeta
@@ -46,53 +48,6 @@ from fxkit.transforms.symbolic import Sym
 def _reserved():
     """Names a GraphModule already has (methods, ``training``, ...), unusable for attributes."""
     return frozenset(dir(GraphModule)) | frozenset(vars(Module()))
-
-
-class Const:
-    """A constant known while importing: an initializer or a ``Constant`` node's value."""
-
-    __slots__ = ("array", "name")
-
-    def __init__(self, array, name):
-        self.array = array
-        self.name = name
-
-
-class Dims(list):
-    """A shape value: a 0-d (``scalar``) or 1-D integer or boolean tensor held item by item.
-
-    Items are Python ints/bools or graph nodes computing them; rules keep
-    shape arithmetic in this form (see `onnx_import_dims`) so that ``Reshape``
-    and ``Expand`` receive shapes, and the rank is exact (a ``Gather`` of one
-    dim is 0-d, its ``Unsqueeze`` 1-D).
-    """
-
-    def __init__(self, items, scalar=False):
-        super().__init__(items)
-        if scalar and len(self) != 1:
-            raise ValueError(f"a 0-d shape value holds one item, not {len(self)}")
-        self.scalar = scalar
-
-    @property
-    def known(self):
-        """Every item is a Python int or bool (the value is a constant)."""
-        return all(type(d) in (int, bool) for d in self)
-
-    @property
-    def dtype(self):
-        return np.dtype(bool) if self and all(type(d) is bool or (isinstance(d, Node) and _is_bool_item(d))
-                                              for d in self) else np.dtype(np.int64)
-
-    def array(self):
-        """The value as a numpy array (it must be `known`)."""
-        return np.array(list(self), dtype=self.dtype).reshape(() if self.scalar else (len(self),))
-
-
-_BOOL_ITEM_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not"})
-
-
-def _is_bool_item(node):
-    return getattr(node.target, "name", None) in _BOOL_ITEM_OPS
 
 
 def from_onnx(source, *, max_bytes=None):
@@ -410,110 +365,3 @@ class _Importer:
             dims.append(d.dim_value if d.HasField("dim_value") else Sym.symbol(symbol))
         dtype = self.dtype(info.name) or _dt.float32
         return TensorMeta(tuple(dims), dtype)
-
-
-class NodeCall:
-    """What an import rule sees of one ONNX node: its inputs, attributes and helpers."""
-
-    def __init__(self, importer, proto, eager=False):
-        self.importer = importer
-        self.eager = eager
-        self.proto = proto
-        self.op_type = proto.op_type
-        self.opset = importer.opset
-        helper = importer.onnx.helper
-        self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
-        self.n_inputs = len(proto.input)
-
-    def attr(self, name, default=None):
-        """An attribute's value (bytes become str)."""
-        value = self.attrs.get(name, default)
-        return value.decode() if isinstance(value, bytes) else value
-
-    def value(self, i):
-        """Input ``i`` as imported (a node, `Const` or `Dims`), or None when left out."""
-        if i >= self.n_inputs or not self.proto.input[i]:
-            return None
-        return self.importer.values[self.proto.input[i]]
-
-    def tensor(self, i):
-        """Input ``i`` as a graph node (None when left out)."""
-        value = self.value(i)
-        if value is None:
-            return None
-        if self.eager:
-            return Tensor(np.asarray(value.array if isinstance(value, Const) else value.array()))
-        return self.importer.tensor(value)
-
-    def const(self, i):
-        """Input ``i`` as a numpy array; it must be a constant."""
-        value = self.value(i)
-        if isinstance(value, Const):
-            return value.array
-        if isinstance(value, Dims) and value.known:
-            return value.array()
-        raise GraphError(f"input {i} ({self.proto.input[i]!r}) must be a constant (an initializer or a "
-                         f"Constant node) for fxkit to import this node")
-
-    def ints(self, i):
-        """Input ``i`` as a list of ints or nodes computing ints (a shape)."""
-        value = self.value(i)
-        if isinstance(value, Dims):
-            return list(value)
-        return [int(v) for v in np.asarray(self.const(i)).reshape(-1)]
-
-    def scalar(self, i):
-        """Input ``i`` as a Python number (a constant with one element), None when left out."""
-        value = self.value(i)
-        if value is None:
-            return None
-        if isinstance(value, Dims):
-            return value[0]
-        return np.asarray(self.const(i)).reshape(-1)[0].item()
-
-    def dtype(self, i):
-        return self.importer.dtype(self.proto.input[i])
-
-    def shape(self, i):
-        return self.importer.shape(self.proto.input[i])
-
-    def rank(self, i):
-        """The rank of input ``i``; it must be known (from the model's shape information)."""
-        shape = self.shape(i)
-        if shape is None:
-            raise GraphError(f"the rank of input {i} ({self.proto.input[i]!r}) is unknown; add shape "
-                             f"information to the model (onnx.shape_inference.infer_shapes)")
-        return len(shape)
-
-    def call(self, op_name, *args, **kwargs):
-        """Record ``op_name(*args, **kwargs)``, named after the ONNX node."""
-        if self.eager:
-            op = get_op(op_name)
-            self._reserve_result(op, args, kwargs)
-            return op(*args, **kwargs)
-        hint = self.proto.output[0] or self.proto.name or self.op_type.lower()
-        return self.importer.record(self.importer.graph.call(get_op(op_name), args, kwargs, name=sanitize(hint)))
-
-    def _reserve_result(self, op, args, kwargs):
-        """Charge what folding ``op`` over constants will allocate, from its shape rule, before running it
-        (a 10-byte Expand or Tile of a constant may ask for gigabytes)."""
-        def as_meta(v):
-            return meta_of(v) if isinstance(v, Tensor) else v
-
-        try:
-            meta = apply_rule(op, map_aggregate(args, as_meta), map_aggregate(kwargs, as_meta))
-        except Exception:  # noqa: BLE001  (no rule, or one that fails: the call itself reports it)
-            return
-        if isinstance(meta, TensorMeta) and all(type(d) is int for d in meta.shape):
-            self.reserve(meta.shape, meta.dtype.np)
-
-    def reserve(self, shape, dtype):
-        """Charge a constant of ``shape`` and numpy ``dtype`` to the import's budget before building it."""
-        nbytes = int(np.prod([max(int(d), 0) for d in shape], dtype=object)) * np.dtype(dtype).itemsize
-        where = f"fxkit.from_onnx: node {self.proto.name or self.proto.output[0]!r} (op type {self.op_type}), " \
-                f"a constant of shape {tuple(int(d) for d in shape)},"
-        self.importer.fold_budget.charge(nbytes, where)
-
-    def const_value(self, array):
-        """A new constant (folded at import time)."""
-        return Const(np.asarray(array), self.proto.output[0] or self.op_type)

@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from fxkit.interop.onnx_import import Const, Dims
+from fxkit.interop.onnx_import_values import Const, Dims
 
 
 def _trunc_div(a, b):

@@ -9,7 +9,7 @@ reach ``Reshape`` and ``Expand`` as shapes.
 import numpy as np
 
 from fxkit.errors import GraphError
-from fxkit.interop.onnx_import import Const, Dims
+from fxkit.interop.onnx_import_values import Const, Dims
 from fxkit.interop.onnx_import_dims import REDUCIBLE, itemwise, reduce_items, wants_itemwise
 from fxkit.runtime import dtypes as _dt
 

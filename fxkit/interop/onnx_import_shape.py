@@ -7,7 +7,7 @@ stays one constant) and `Dims` (shapes, Python values in the graph).
 import numpy as np
 
 from fxkit.errors import GraphError
-from fxkit.interop.onnx_import import Const, Dims
+from fxkit.interop.onnx_import_values import Const, Dims
 from fxkit.interop.onnx_import_dims import as_dims, dims_like
 from fxkit.interop.onnx_import_rules import import_rule, refuse
 from fxkit.runtime import dtypes as _dt
