@@ -36,6 +36,8 @@ NO_TORCH_BFLOAT16 = {
 SKIPPED_OPS = {
     "quantize_affine": "quantization takes float32 scales by definition; PyTorch has no bfloat16 counterpart",
     "dequantize_affine": "quantization takes float32 scales by definition; PyTorch has no bfloat16 counterpart",
+    "quantized_dynamic_linear": "dynamic int8 quantizes float32 activations; PyTorch's dynamic linear has no "
+                                "bfloat16 counterpart",
 }
 # Ops whose values are not defined: only dtype and shape are compared.
 UNDEFINED_VALUES = {"empty_like"}
