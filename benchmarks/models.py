@@ -6,8 +6,8 @@
     python benchmarks/models.py --write-docs         # also rewrite docs/models.md from the results
 
 Routes:
-- ``from_torch``: ``fxkit.from_torch`` on the torch model (given its example inputs where it
-  takes them: the torch.export route).
+- ``from_torch``: ``fxkit.from_torch`` on the torch model with its example inputs and a symbolic
+  batch (``torch.export.Dim("N")``): the torch.export route.
 - ``from_onnx``: ``torch.onnx.export`` (TorchScript route, opset 17, symbolic batch) then
   ``fxkit.from_onnx``.
 
@@ -24,7 +24,6 @@ default 1: PyTorch's intra-op pool, BLAS through threadpoolctl, numba and onnxru
 reported only; targets live in the performance issue.
 """
 import argparse
-import inspect
 import os
 import sys
 import time
@@ -104,16 +103,13 @@ def max_error(actual, expected):
     return max(errors)
 
 
-def positional_module(entry):
-    """The torch module taking the inputs by position: the model itself where its forward binds them so."""
-    params = list(inspect.signature(entry.model.forward).parameters)
-    return entry.model if params[:len(entry.input_names)] == list(entry.input_names) else entry.keyword_call()
-
-
 def import_from_torch(entry):
-    module = positional_module(entry)
-    takes_inputs = len(inspect.signature(fxkit.from_torch).parameters) > 1
-    return fxkit.from_torch(module, entry.example_inputs) if takes_inputs else fxkit.from_torch(module)
+    """`fxkit.from_torch` through torch.export with a symbolic batch: one import serves every batch size."""
+    import torch
+
+    batch = torch.export.Dim("N", min=1, max=64)
+    dynamic = {name: {dim: batch} for name, dim in zip(entry.input_names, entry.batch_dims)}
+    return fxkit.from_torch(entry.model, entry.kwargs(entry.example_inputs), dynamic_shapes=dynamic)
 
 
 def import_from_onnx(entry):
