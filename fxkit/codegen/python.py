@@ -22,10 +22,10 @@ This module reads only ``op``, ``target``, ``args``, ``kwargs`` and ``name``
 of the nodes it is given: it knows nothing of `fxkit.graph`.
 """
 import ast
+import importlib
 import math
 import types
 
-import fxkit
 import fxkit.ops as _ops_module
 from fxkit.codegen.namespace import Namespace, is_plain_identifier
 from fxkit.errors import GraphError
@@ -144,7 +144,11 @@ class _Emitter:
         self.nodes = nodes
         self.root = root_name
         self.ns = Namespace(reserved=(root_name,))
-        self.globals = {"fxkit": fxkit, "ops": _ops_module}
+        # NOTE: generated code spells dtypes and devices through the package (``fxkit.float32``,
+        # ``fxkit.device("cpu")``), so it runs with the package in its globals. The package is looked
+        # up here, when code is generated and it is fully imported, rather than imported by this module,
+        # which would run back up the layers.
+        self.globals = {"fxkit": importlib.import_module("fxkit"), "ops": _ops_module}
         self.global_names = {}
         self.names = {}
         self.depth = 0  # containers entered by expr()
@@ -372,7 +376,7 @@ class _Emitter:
         raise AssertionError(f"container(): {kind.__name__} is no container kind")
 
     def other(self, kind, value):
-        if kind is DType and getattr(fxkit, value.name, None) is value:
+        if kind is DType and getattr(self.globals["fxkit"], value.name, None) is value:
             return self.shared(("dtype", value.name),
                                lambda: ast.Attribute(self.load("fxkit"), value.name, _LOAD, **self.pos))
         if kind is Device:
