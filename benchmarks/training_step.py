@@ -189,24 +189,9 @@ def torch_step(batch_size, threads, quick):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
 
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1 = torch.nn.Conv2d(1, 32, kernel_size=3, padding=1)
-            self.conv2 = torch.nn.Conv2d(32, 64, kernel_size=3, padding=1)
-            self.fc1 = torch.nn.Linear(256, 128)
-            self.fc2 = torch.nn.Linear(128, 10)
-
-        def forward(self, x):
-            x = torch.relu(TF.max_pool2d(self.conv1(x), 2))
-            x = torch.relu(TF.max_pool2d(self.conv2(x), 2))
-            x = torch.relu(self.fc1(x.view(-1, 256)))
-            x = TF.dropout(x, 0.5, training=self.training)
-            return TF.log_softmax(self.fc2(x), dim=1)
-
     a, b = _batch(batch_size)
     x, y = torch.from_numpy(a), torch.from_numpy(b)
-    net = Net().train()
+    net = _torch_digits_net(torch).train()
     opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
 
     def step():
@@ -225,6 +210,28 @@ def _torch_in_child(batch_size, threads, quick):
         tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
         return None, tail[0]
     return json.loads(out.stdout.strip().splitlines()[-1]), None
+
+
+def _torch_digits_net(torch):
+    """The digits Net (`fxkit.models` "digits_net") written in PyTorch, for the PyTorch eager steps."""
+    import torch.nn.functional as TF
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(1, 32, kernel_size=3, padding=1)
+            self.conv2 = torch.nn.Conv2d(32, 64, kernel_size=3, padding=1)
+            self.fc1 = torch.nn.Linear(256, 128)
+            self.fc2 = torch.nn.Linear(128, 10)
+
+        def forward(self, x):
+            x = torch.relu(TF.max_pool2d(self.conv1(x), 2))
+            x = torch.relu(TF.max_pool2d(self.conv2(x), 2))
+            x = torch.relu(self.fc1(x.view(-1, 256)))
+            x = TF.dropout(x, 0.5, training=self.training)
+            return TF.log_softmax(self.fc2(x), dim=1)
+
+    return Net()
 
 
 def _torch_resnet18(torch):
@@ -314,23 +321,7 @@ def ratio_steps(model, threads):
         steps[f"fxkit graph-grad compiled {backend}"] = step
 
     if model == "digits_net":
-        import torch.nn.functional as TF
-
-        class Net(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.conv1 = torch.nn.Conv2d(1, 32, kernel_size=3, padding=1)
-                self.conv2 = torch.nn.Conv2d(32, 64, kernel_size=3, padding=1)
-                self.fc1 = torch.nn.Linear(256, 128)
-                self.fc2 = torch.nn.Linear(128, 10)
-
-            def forward(self, x):
-                x = torch.relu(TF.max_pool2d(self.conv1(x), 2))
-                x = torch.relu(TF.max_pool2d(self.conv2(x), 2))
-                x = TF.dropout(torch.relu(self.fc1(x.view(-1, 256))), 0.5, training=self.training)
-                return TF.log_softmax(self.fc2(x), dim=1)
-
-        torch_net = Net().train()
+        torch_net = _torch_digits_net(torch).train()
     else:
         torch_net = _torch_resnet18(torch).train()
     xt, yt = torch.from_numpy(a), torch.from_numpy(b)
