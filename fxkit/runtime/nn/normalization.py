@@ -67,10 +67,7 @@ class _BatchNorm(Module):
 
     def reset_parameters(self):
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.affine)
 
     def forward(self, input):
         # NOTE: only concrete tensors are checked; a tracer's proxy has no rank to test.
@@ -149,10 +146,7 @@ class LayerNorm(Module):
         _affine_parameters(self, elementwise_affine, bias, self.normalized_shape, device, dtype)
 
     def reset_parameters(self):
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.elementwise_affine)
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -195,7 +189,7 @@ class GroupNorm(Module):
         _affine_parameters(self, affine, bias, (num_channels,), device, dtype)
 
     def reset_parameters(self):
-        _reset_affine(self)
+        _reset_affine(self, self.affine)
 
     def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
@@ -313,8 +307,9 @@ def _affine_parameters(module, affine, bias, shape, device, dtype):
         module.register_parameter("bias", None)
 
 
-def _reset_affine(module):
-    if module.affine:
+def _reset_affine(module, affine):
+    """Weight back to ones and bias to zeros, as at construction, when the layer is ``affine``."""
+    if affine:
         init.ones_(module.weight)
         if module.bias is not None:
             init.zeros_(module.bias)
