@@ -27,15 +27,11 @@ each child carries the meta of the value it returns (when one) and its index
 in ``meta["partition"]``, so ``print(parent)``, `fxkit.draw` (a cluster per
 partition) and ``fxkit summary`` show the partitions.
 """
-import copy
 import itertools
 
 from fxkit.graph import Graph, GraphModule, fetch_attr, map_arg
-from fxkit.runtime.registry import get_op
 # NOTE: split_module's scheduling and child construction are the same problem; they are shared.
-from fxkit.transforms.split_module import _child, _partition_order
-
-_GETITEM = get_op("getitem")
+from fxkit.transforms.split_module import _call_child, _child, _partition_order
 
 
 def partition_by_support(gm, is_supported, prefix="supported_"):
@@ -152,16 +148,10 @@ def _build(gm, nodes, position, groups, prefix):
         inputs = sorted(inputs, key=position.__getitem__)
         child = _child(gm, body, inputs, outputs, f"{type(gm).__name__}_{name}")
         children[name] = child
-        call = graph.call(name, tuple(value[u] for u in inputs), name=name)
-        call.meta["partition"] = len(children) - 1
+        call = _call_child(graph, name, tuple(value[u] for u in inputs), outputs, value)
         if len(outputs) == 1:
             call.meta.update({k: v for k, v in outputs[0].meta.items() if k != "partition"})
-            value[outputs[0]] = call
-            continue
-        for i, out in enumerate(outputs):
-            picked = graph.call(_GETITEM, (call, i), name=out.name)
-            picked.meta = copy.copy(out.meta)
-            value[out] = picked
+        call.meta["partition"] = len(children) - 1
     output = gm.graph.output_node()
     if output.args:
         for used in output.all_input_nodes:

@@ -69,15 +69,8 @@ def split_module(gm, partition_fn, prefix="submod_"):
         name = f"{prefix}{index}"
         inputs, outputs = plan.inputs[key], plan.outputs[key]
         children[name] = _child(gm, plan.members[key], inputs, outputs, f"{type(gm).__name__}_{name}")
-        call = parent_graph.call(name, tuple(value[v] for v in inputs), name=name)
+        call = _call_child(parent_graph, name, tuple(value[v] for v in inputs), outputs, value)
         call.meta["partition"] = key
-        if len(outputs) == 1:
-            value[outputs[0]] = call
-            continue
-        for i, out in enumerate(outputs):
-            picked = parent_graph.call(_GETITEM, (call, i), name=out.name)
-            picked.meta = copy.copy(out.meta)
-            value[out] = picked
     output = gm.graph.output_node()
     parent_graph.output(map_arg(output.args[0], value.__getitem__) if output.args else None)
     _check_parameters_once(children)
@@ -175,6 +168,21 @@ def _cycle_error(needs, example, done):
     return GraphError(f"split_module: partitions {' -> '.join(repr(k) for k in cycle)} wait on each other in "
                       f"a cycle, so no order can run them: " + "; ".join(reads)
                       + "; give nodes partition keys that follow the data flow")
+
+
+def _call_child(graph, name, args, outputs, value):
+    """Call child ``name`` in ``graph`` and bind each of ``outputs`` (nodes of the original graph) in
+    ``value``: to the call itself when it computes one value, else to a ``getitem`` pick of it
+    named after the original node and carrying its meta."""
+    call = graph.call(name, args, name=name)
+    if len(outputs) == 1:
+        value[outputs[0]] = call
+        return call
+    for i, out in enumerate(outputs):
+        picked = graph.call(_GETITEM, (call, i), name=out.name)
+        picked.meta = copy.copy(out.meta)
+        value[out] = picked
+    return call
 
 
 def _child(gm, members, inputs, outputs, class_name):
