@@ -20,8 +20,8 @@ Example (on every rank):
 """
 import numpy as np
 
-from fxkit.distributed.process_group import resolve
-from fxkit.distributed.work import Work
+from fxkit.distributed.process_group import check_usable, resolve
+from fxkit.distributed.work import Work, quick_test
 from fxkit.errors import DistributedError
 from fxkit.runtime.autograd.autograd_meta import bump_version
 
@@ -37,6 +37,14 @@ class ReduceOp:
 
 
 _OPS = (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX)
+_MPI_OPS = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD", ReduceOp.MIN: "MIN",
+            ReduceOp.MAX: "MAX"}
+
+
+# What MPI reduces as it is, in place (16-bit floats go through float32 and bool through bytes: `_reduction`).
+_MPI_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                              np.uint8, np.uint16, np.uint32, np.uint64))
+_DIRECT_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
@@ -44,11 +52,33 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     group = resolve(group)
     if not group.is_member:
         return None
+    data = tensor._data
+    if (not async_op and op in _DIRECT_OPS and type(data) is np.ndarray and data.dtype in _MPI_NATIVE
+            and data.flags.c_contiguous):
+        _all_reduce_now(group, data, op)
+        bump_version(tensor)
+        return None
     what = group.next_seq(f"all_reduce({op})")
     host, write_back = _staged(tensor, "all_reduce")
     work, mpi_op, finish = _reduction(host, op, group, "all_reduce")
     request = group.comm.Iallreduce(group.MPI.IN_PLACE, work.reshape(-1), mpi_op)
-    return _issue(group, request, what, async_op, [finish, write_back, _bumped(tensor)], (host, work))
+    return _issue(group, request, what, async_op, (finish, write_back), (host, work), tensor)
+
+
+def _all_reduce_now(group, data, op):
+    """A synchronous all_reduce of a contiguous host array MPI reduces as it is, with no staging.
+
+    Why a path of its own: a small all_reduce takes MPI a few microseconds, and
+    the general path's bookkeeping (staging, finish steps, a `Work`) would
+    double that; a `Work` is made only when the quick tests did not see it end.
+    """
+    check_usable()
+    group.seq += 1
+    MPI = group.MPI
+    request = group.comm.Iallreduce(MPI.IN_PLACE, data, getattr(MPI, _MPI_OPS[op]))
+    what = lambda: f"all_reduce({op}) #{group.seq}"  # noqa: E731  (formatted only for an error or a slow wait)
+    if not quick_test(request, group, what):
+        Work(group, request, what(), None, (data,)).wait()
 
 
 def broadcast(tensor, src, group=None, async_op=False):
@@ -60,7 +90,7 @@ def broadcast(tensor, src, group=None, async_op=False):
     what = group.next_seq("broadcast")
     host, write_back = _staged(tensor, "broadcast")
     request = group.comm.Ibcast([_bytes(host), group.MPI.BYTE], root=root)
-    return _issue(group, request, what, async_op, [write_back, _bumped(tensor)], (host,))
+    return _issue(group, request, what, async_op, (write_back,), (host,), tensor)
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -165,10 +195,6 @@ def _bytes(array):
     return array.reshape(-1).view(np.uint8)
 
 
-def _bumped(tensor):
-    return lambda: bump_version(tensor)
-
-
 def _spread(gathered, tensors):
     """Write ``gathered[i]`` into ``tensors[i]`` (on each one's device)."""
 
@@ -182,7 +208,8 @@ def _spread(gathered, tensors):
 
 
 def _reduction(host, op, group, who):
-    """``(array MPI reduces, MPI op, finish)`` for reducing ``host``: upcast 16-bit floats, bools as bytes."""
+    """``(array MPI reduces, MPI op, finish or None)`` for reducing ``host``: upcast 16-bit floats, bools as
+    bytes; ``finish`` (dividing for an average, casting back) is None when MPI's result is the answer."""
     MPI = group.MPI
     if op not in _OPS:
         raise DistributedError(f"{who}: unknown op {op!r}; use fxkit.distributed.ReduceOp.SUM, AVG, PRODUCT, MIN "
@@ -197,8 +224,9 @@ def _reduction(host, op, group, who):
         mpi_op = MPI.MAX if op in (ReduceOp.SUM, ReduceOp.MAX) else MPI.MIN
     else:
         work = host.astype(np.float32) if floating and dtype.itemsize == 2 else host
-        mpi_op = {ReduceOp.SUM: MPI.SUM, ReduceOp.AVG: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN,
-                  ReduceOp.MAX: MPI.MAX}[op]
+        mpi_op = getattr(MPI, _MPI_OPS[op])
+    if op != ReduceOp.AVG and work is host:
+        return work, mpi_op, None
     size = group.size()
 
     def finish():
@@ -230,15 +258,25 @@ def _check_root_list(tensors, here, root, group, who, name, like):
         raise DistributedError(f"{who}: {name} must be None on ranks other than the root (rank {root})")
 
 
-def _issue(group, request, what, async_op, steps, keep):
+def _issue(group, request, what, async_op, steps, keep, written=None):
+    """Start tracking ``request``: a `Work` when ``async_op``, else wait for it here.
+
+    ``steps`` (None entries skipped) run in order once the data arrived, then
+    ``written``'s version is bumped (an in-place write, for autograd's checks).
+    """
     steps = [s for s in steps if s is not None]
-
-    def finish():
-        for step in steps:
-            step()
-
-    work = Work(group, request, what, finish, keep)
+    if written is not None:
+        steps.append(lambda: bump_version(written))
+    work = Work(group, request, what, _in_order(steps) if len(steps) > 1 else (steps[0] if steps else None), keep)
     if async_op:
         return work
     work.wait()
     return None
+
+
+def _in_order(steps):
+    def finish():
+        for step in steps:
+            step()
+
+    return finish
