@@ -93,6 +93,9 @@ class Backend(abc.ABC):
 
     name = "backend"
     device_types = ("cpu",)
+    # Whether the generated code reads the parameters' arrays themselves (so an in-place write reaches it)
+    # rather than copies made when compiling (a delegate's runtime): `fxkit.backends.weight_guard`.
+    weights_live = True
 
     def passes(self, gm, example_inputs):
         """The passes preparing ``gm`` for `lower`, in order.

@@ -16,10 +16,13 @@ inputs' ranks, dtypes and devices are fixed: a call with another one is
 refused before any generated code runs, with the expected and actual input
 and how to recompile. Without, every new key compiles.
 
-The compiled code is for inference: it reads the parameters it was compiled
-with (batch norms folded into convolutions and constant sub-graphs
-precomputed when the model is in eval mode); compile again after changing
-weights.
+The compiled code reads the model's parameters themselves, so training
+through it (an optimizer stepping the model's parameters between calls)
+sees every update: values precomputed from parameters (constant
+sub-graphs, packed weights) are recomputed after a write, and a parameter
+rebound to a new array, or written where the code holds a copy of it (a
+batch norm folded into a convolution in eval mode, a delegate's session),
+compiles its specialisations again (see `fxkit.backends.weight_guard`).
 
 Example:
     >>> compiled = fxkit.compile(model, backend="numpy", example_inputs=[x])
@@ -35,9 +38,11 @@ from typing import NamedTuple
 
 from fxkit.backends.backend import get_backend
 from fxkit.backends.guards import InputNames, Signature, as_specs, input_key, spec_key, specs_of
+from fxkit.backends.weight_guard import WeightGuard
 from fxkit.errors import GraphError
 from fxkit.graph import GraphModule, map_arg
 from fxkit.graph.interpreter import node_error
+from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.nn.module import Module
 from fxkit.runtime.tensor import Tensor
@@ -88,13 +93,14 @@ class CompileStats:
 
 
 class Specialization(NamedTuple):
-    """One compiled input key: its graph module, generated code and output wrapper."""
+    """One compiled input key: its graph module, generated code, output wrapper and weight guard."""
 
     key: tuple
     specs: tuple
     gm: GraphModule
     lowered: object
     wrap: object
+    weights: WeightGuard
 
 
 class CompiledModule(Module):
@@ -154,6 +160,8 @@ class CompiledModule(Module):
             key = None
         if entry is None or key != entry.key:
             entry = self._select(args, key)
+        if entry.weights.writes != WRITES[0]:
+            entry = self._refreshed(entry, args)
         try:
             out = entry.lowered.fn(*[a._data for a in args])
         except Exception as exc:
@@ -183,6 +191,14 @@ class CompiledModule(Module):
             self._cache = {}
             self._last = None
 
+    def _refreshed(self, entry, args):
+        """``entry`` brought up to date after tensors were written, or compiled again when it cannot be."""
+        if entry.weights.refresh():
+            return entry
+        del self._cache[entry.key]
+        self._last = None
+        return self._select(args, entry.key)
+
     def _select(self, args, key):
         """The specialisation for inputs whose key differs from the last call's (checks, then cache)."""
         self._inputs.check(args, self.backend.device_types, self.backend.name)
@@ -208,7 +224,8 @@ class CompiledModule(Module):
             linecache.cache[lowered.filename] = (len(lowered.code), None, lowered.code.splitlines(True),
                                                  lowered.filename)
         result = gm.graph.output_node().args[0]
-        entry = Specialization(key, specs, gm, lowered, output_wrapper(map_arg(result, _meta_of)))
+        entry = Specialization(key, specs, gm, lowered, output_wrapper(map_arg(result, _meta_of)),
+                               WeightGuard(gm, traced, self.backend.weights_live))
         self._cache[key] = entry
         self.stats.compilations += 1
         self.stats.seconds += time.perf_counter() - start

@@ -49,6 +49,7 @@ import sys
 import numpy as np
 
 from fxkit.backends.cost_model import Decision
+from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.conv import conv_geometry
 from fxkit.runtime.registry import get_op
@@ -89,9 +90,10 @@ class _ConvCall:
 
 
 def _packed(call, weight, pack):
-    """``pack(weight)``, computed once per weight array (generated code passes the same constant each call)."""
-    if call._weight is not weight:
-        call._weight, call._packed = weight, np.ascontiguousarray(pack(weight))
+    """``pack(weight)``, computed once per weight array (generated code passes the same constant each call)
+    and again after any tensor was written in place (`WRITES`: an optimizer step may have changed it)."""
+    if call._weight is not weight or call._writes != WRITES[0]:
+        call._weight, call._writes, call._packed = weight, WRITES[0], np.ascontiguousarray(pack(weight))
     return call._packed
 
 
@@ -99,13 +101,13 @@ class _ChannelsLast(_ConvCall):
     """A conv computed in channels-last memory: its input read as ``(N, H, W, C)``, its result an
     ``(N, OC, OH, OW)`` view of an ``(N, OH, OW, OC)`` buffer."""
 
-    __slots__ = ("_inputs", "_weight", "_packed")
+    __slots__ = ("_inputs", "_weight", "_writes", "_packed")
 
     def __init__(self, name, out_meta):
         n, oc, oh, ow = out_meta.shape
         super().__init__(name, out_meta)
         self.shape = (n, oh, ow, oc)
-        self._inputs, self._weight, self._packed = [], None, None
+        self._inputs, self._weight, self._writes, self._packed = [], None, None, None
 
     def _input(self, x):
         """``x`` as C-contiguous ``(N, H, W, C)``: a view when it already lies so (a channels-last

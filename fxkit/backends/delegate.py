@@ -66,6 +66,7 @@ class DelegateBackend(Backend):
     """
 
     device_types = ("cpu",)
+    weights_live = False  # NOTE: the partitions' weights are copied into the delegate's sessions
 
     def __init__(self, name, delegate, fallback="numpy", options=None):
         self.name = name

@@ -1,5 +1,9 @@
 """`fold_constants`: precompute what depends only on the module's attributes and constants."""
+from fxkit.graph.attributes import fetch_attr
+from fxkit.graph.graph import Graph
+from fxkit.graph.graph_module import GraphModule
 from fxkit.graph.interpreter import Interpreter, node_error
+from fxkit.runtime.autograd.grad_mode import no_grad
 from fxkit.runtime.device import Device
 from fxkit.runtime.dtypes import DType
 from fxkit.runtime.tensor import Tensor
@@ -23,8 +27,11 @@ class FoldConstants(Pass):
     impure ops are never folded, and a value an impure node may write in place
     is not either.
 
-    The values are computed with the runtime when the pass runs: later changes
-    to the parameters they came from do not reach them (fold for inference).
+    The values are computed with the runtime when the pass runs. Each folded
+    tensor's recipe (the sub-graph and the tensors it read) is kept in
+    ``gm.folded_constants`` (a list of `FoldedConstant`), so code that runs the
+    module after its parameters changed (an optimizer step) can recompute them
+    with `FoldedConstant.refresh`, as `fxkit.compile` does.
 
     Example::
 
@@ -89,15 +96,84 @@ def _evaluate(gm, constant):
     return env
 
 
+class FoldedConstant:
+    """How one folded buffer was computed, to compute it again when the tensors it read were written.
+
+    Attributes:
+        name: the buffer's attribute name (``_folded_constant_0``).
+        sources: ``{qualified name: Tensor}`` the sub-graph reads (parameters, buffers).
+    """
+
+    def __init__(self, gm, name, graph, sources):
+        self.name = name
+        self.sources = sources
+        self._owner = gm
+        self._graph = graph
+        self._module = None  # NOTE: built on the first refresh only: inference never pays for its codegen
+        self._seen = self._versions()
+
+    def _versions(self):
+        return tuple(_version(t) for t in self.sources.values())
+
+    def refresh(self):
+        """Recompute the buffer in place if a source was written since; True when it did."""
+        seen = self._versions()
+        if seen == self._seen and None not in seen:
+            return False
+        if self._module is None:
+            self._module = GraphModule(self.sources, self._graph, "FoldedConstant")
+        with no_grad():
+            value = self._module()
+        buffer = getattr(self._owner, self.name)
+        buffer._data[...] = value._data
+        self._seen = seen
+        return True
+
+    def __repr__(self):
+        return f"FoldedConstant({self.name} <- {', '.join(self.sources)})"
+
+
+def _version(tensor):
+    """The tensor's count of in-place writes, None when it keeps none (no autograd state)."""
+    meta = tensor._grad
+    return None if meta is None else meta.version[0]
+
+
+def _recipe(gm, node, constant):
+    """``(graph, sources)``: the constant cone of ``node`` as a graph of its own, and the tensors it reads."""
+    cone, todo = {}, [node]
+    while todo:
+        n = todo.pop()
+        if n not in cone:
+            cone[n] = None
+            todo.extend(n.all_input_nodes)
+    graph, copies, sources = Graph(), {}, {}
+    for n in constant:  # in graph order
+        if n in cone:
+            copies[n] = graph.node_copy(n, copies.__getitem__)
+            if n.op == "get_attr":
+                value = fetch_attr(gm, n.target)
+                if isinstance(value, Tensor):
+                    sources[n.target] = value
+    graph.output(copies[node])
+    return graph, sources
+
+
+
 def _fold_frontier(gm, constant, values):
     """Replace the constant calls read by non-constant nodes; returns how many were folded."""
-    frontier = [n for n in constant if n.op == "call" and any(u not in constant for u in n.users)]
+    kept = _kept(constant, values)
+    frontier = [n for n in constant if n.op == "call" and any(u not in constant or u in kept for u in n.users)]
     folded = 0
+    recipes = gm.__dict__.setdefault("folded_constants", [])
+    # NOTE: every recipe is read off the graph before any folding rewires it
+    cones = {node: _recipe(gm, node, constant) for node in frontier if isinstance(values[node], Tensor)}
     for node in frontier:
         value = values[node]
         if isinstance(value, Tensor):
             name = _free_name(gm)
             gm.register_buffer(name, value)
+            recipes.append(FoldedConstant(gm, name, *cones[node]))
             with gm.graph.inserting_before(node):
                 attr = gm.graph.get_attr(name)
             attr.meta = dict(node.meta)
@@ -109,6 +185,18 @@ def _fold_frontier(gm, constant, values):
             continue
         folded += 1
     return folded
+
+
+def _kept(constant, values):
+    """The constant nodes that stay computed at run time: values that are neither a tensor nor inlinable
+    (a tuple of tensors) which a run-time node reads whole. What they read is folded in their place."""
+    kept = set()
+    for node in reversed(constant):
+        value = values[node]
+        if (node.op == "call" and not isinstance(value, Tensor) and not _inlinable(value)
+                and any(u not in constant or u in kept for u in node.users)):
+            kept.add(node)
+    return kept
 
 
 def _inlinable(value):

@@ -22,7 +22,7 @@ import sys
 
 from fxkit.errors import AutogradError
 from fxkit.runtime.autograd import grad_mode
-from fxkit.runtime.autograd.autograd_meta import AutogradMeta, bump_version
+from fxkit.runtime.autograd.autograd_meta import WRITES, AutogradMeta, bump_version
 from fxkit.runtime.autograd.function import GradRule, forward_untracked, iter_tensors, make_node
 from fxkit.runtime.tensor import Tensor
 from fxkit.runtime.tensor_methods import assign_inplace
@@ -53,6 +53,7 @@ def apply_inplace(op, target, args, kwargs, name):
     assign_inplace(target, result, name)
     version = meta.version if meta is not None else [0]
     version[0] += 1
+    WRITES[0] += 1
     done = result._grad
     if done is not None and done.requires_grad:
         target._grad = AutogradMeta(True, done.grad_fn, done.output_nr, version)
@@ -77,6 +78,7 @@ def run_mutating(op, args, kwargs, record):
     out = forward_untracked(op, args, kwargs)
     version = meta.version if meta is not None else [0]
     version[0] += 1
+    WRITES[0] += 1
     make_node(op, op.grad_rule, (previous,) + tuple(args[1:]), kwargs, target)
     written = target._grad
     written.version, written.is_view = version, False  # check_writable refused views

@@ -9,6 +9,7 @@ import numpy as np
 
 from fxkit.errors import StateDictError
 from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.autograd.autograd_meta import bump_version
 from fxkit.runtime.tensor import Tensor
 
 
@@ -41,6 +42,7 @@ def load_into(module, state_dict, *, strict, assign):
             target._data = array
         else:
             target._data[...] = array
+        bump_version(target)
     if strict:
         if unexpected:
             errors.insert(0, "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
