@@ -9,13 +9,12 @@ Figures (issue 18):
   opened on the very ONNX model the backend built (same session options), at batch 1 and 8,
   for ResNet-18 (the zoo's), MobileNetV2 and a BERT encoder (target <= 1.05x), and the zoo's
   MLP, where the fixed cost of a call shows (tens of microseconds per session run);
-- int8: float32 / int8 through the delegate for a statically quantized ResNet-18 and BERT
-  (target >= 1.5x faster).
+- int8: float32 / int8 through the delegate for a statically quantized ResNet-18 and BERT, and a
+  dynamically quantized BERT (``quantize_dynamic``: int8 weights, activations quantized per call,
+  exported as DynamicQuantizeLinear + MatMulInteger) (target >= 1.5x faster).
 
 MobileNetV2 and the BERT encoder are written here with ``fxkit.nn`` (torchvision and
-transformers models need `from_torch` and the real-model corpus; see the README). fxkit has
-no dynamic quantization, so the BERT's linears are quantized statically (calibrated
-activation scales), which onnxruntime runs on the same int8 GEMM kernels.
+transformers models need `from_torch` and the real-model corpus; see the README).
 
 Both sides of each pair run interleaved (A B A B ...) so load from other processes hits both.
 """
@@ -119,10 +118,12 @@ def build(name):
     return model.eval(), lambda n: (fxkit.from_numpy(rng.standard_normal((n, *IMAGE)).astype(np.float32)),)
 
 
-def quantized(model, make_inputs):
-    """Static int8 post-training quantization, calibrated on 4 random batches."""
-    from fxkit.transforms.quantize import calibrate, convert, prepare
+def quantized(model, make_inputs, mode):
+    """Static int8 post-training quantization calibrated on 4 random batches, or dynamic int8 linears."""
+    from fxkit.transforms.quantize import calibrate, convert, prepare, quantize_dynamic
 
+    if mode == "dynamic":
+        return quantize_dynamic(fxkit.symbolic_trace(model))
     prepared = prepare(fxkit.symbolic_trace(model))
     calibrate(prepared, [make_inputs(4) for _ in range(4)], progress=False)
     return convert(prepared, report=False)
@@ -174,17 +175,17 @@ def overhead(names, batches, repeats, threads):
 
 def int8(names, batch, repeats, threads):
     print(f"\n## int8 through the delegate: float32 / int8 time (batch {batch}, median of {repeats})")
-    print(f"{'model':<12} {'f32 ms':>9} {'int8 ms':>9} {'speed-up':>9} {'max |int8-f32| / max|f32|':>27}")
-    for name in names:
+    print(f"{'model':<20} {'f32 ms':>9} {'int8 ms':>9} {'speed-up':>9} {'max |int8-f32| / max|f32|':>27}")
+    for name, mode in names:
         model, make_inputs = build(name)
         inputs = make_inputs(batch)
         fp32 = fxkit.compile(model, backend="onnxruntime", example_inputs=inputs, threads=threads)
-        q = fxkit.compile(quantized(model, make_inputs), backend="onnxruntime", example_inputs=inputs,
+        q = fxkit.compile(quantized(model, make_inputs, mode), backend="onnxruntime", example_inputs=inputs,
                           threads=threads)
         a, b = fp32(*inputs).numpy(), q(*inputs).numpy()
         error = float(np.abs(a - b).max() / np.abs(a).max())
         t32, t8 = interleaved([lambda: fp32(*inputs), lambda: q(*inputs)], repeats)
-        print(f"{name:<12} {t32 * 1e3:>9.3f} {t8 * 1e3:>9.3f} {t32 / t8:>8.2f}x {error:>27.4f}")
+        print(f"{name + ' ' + mode:<20} {t32 * 1e3:>9.3f} {t8 * 1e3:>9.3f} {t32 / t8:>8.2f}x {error:>27.4f}")
 
 
 def main():
@@ -195,7 +196,7 @@ def main():
     repeats = 9 if args.quick else 15
     names = ["mlp", "resnet18", "bert"] if args.quick else ["mlp", "resnet18", "mobilenet_v2", "bert"]
     overhead(names, (1, 8), repeats, args.threads)
-    int8(["resnet18", "bert"], 8, repeats, args.threads)
+    int8([("resnet18", "static"), ("bert", "static"), ("bert", "dynamic")], 8, repeats, args.threads)
 
 
 if __name__ == "__main__":

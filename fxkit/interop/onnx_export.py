@@ -25,6 +25,7 @@ from fxkit.interop import (  # noqa: F401  (fill the tables)
     onnx_rules_resample, onnx_rules_shape)
 from fxkit.interop.onnx_builder import OnnxBuilder, Value, onnx_dtype
 from fxkit.interop.onnx_rules import MODULE_RULES, OP_RULES, Args
+from fxkit.interop.onnx_uint8_activations import uint8_activations
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.nn.module import Module
 from fxkit.runtime.op import Op
@@ -137,6 +138,7 @@ class _Exporter:
             env[node] = Value(name, meta)
         result = self.emit_graph(self.gm.graph, env, self.gm, "", inference.env)
         outputs = self._outputs(result, output_names)
+        uint8_activations(b.nodes, b.initializers, {o.name for o in outputs})
         graph = onnx.helper.make_graph(b.nodes, type(self.gm).__name__, graph_inputs, outputs, b.initializers)
         opsets = [onnx.helper.make_opsetid("", b.opset)]
         proto = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="fxkit",
