@@ -13,8 +13,11 @@ Figures (issue 18):
   dynamically quantized BERT (``quantize_dynamic``: int8 weights, activations quantized per call,
   exported as DynamicQuantizeLinear + MatMulInteger) (target >= 1.5x faster).
 
-MobileNetV2 and the BERT encoder are written here with ``fxkit.nn`` (torchvision and
-transformers models need `from_torch` and the real-model corpus; see the README).
+MobileNetV2 and the BERT encoder are written here with ``fxkit.nn``; its attention is one
+``nn.MultiheadAttention`` layer, whose projections ``quantize_dynamic`` leaves in float (as PyTorch's
+does). ``hf_bert`` is transformers' BertModel (hidden 256, 4 layers, random weights) brought in with
+``fxkit.from_torch``, whose every projection is an ``nn.Linear``: the dynamic-int8 row users of Hugging
+Face models get (skipped when transformers is not installed).
 
 Both sides of each pair run interleaved (A B A B ...) so load from other processes hits both.
 """
@@ -114,17 +117,42 @@ def build(name):
         return model, lambda n: (fxkit.from_numpy(rng.standard_normal((n, 784)).astype(np.float32)),)
     if name == "bert":
         return BertEncoder().eval(), lambda n: (fxkit.from_numpy(rng.integers(0, VOCAB, (n, SEQ))),)
+    if name == "hf_bert":
+        return hugging_face_bert(), lambda n: (fxkit.from_numpy(rng.integers(0, VOCAB, (n, SEQ))),)
     model = fxkit.models.resnet18() if name == "resnet18" else MobileNetV2()
     return model.eval(), lambda n: (fxkit.from_numpy(rng.standard_normal((n, *IMAGE)).astype(np.float32)),)
+
+
+def hugging_face_bert():
+    """transformers' BertModel with random weights, imported by from_torch with a symbolic batch."""
+    import torch
+
+    from tests.corpus.torchvision_import import import_torchvision
+
+    import_torchvision()  # NOTE: transformers may import torchvision: through the corpus's shim
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=4,
+                                     intermediate_size=4 * HIDDEN, max_position_embeddings=SEQ, vocab_size=VOCAB)
+    ids = torch.randint(0, VOCAB, (2, SEQ))
+    batch = torch.export.Dim("N", min=1, max=64)
+    return fxkit.from_torch(transformers.BertModel(config).eval(), (ids,), dynamic_shapes={"input_ids": {0: batch}})
+
+
+def _first(output):
+    """The first tensor of a model's output (a Hugging Face model returns a dict)."""
+    return next(iter(output.values())) if isinstance(output, dict) else output
 
 
 def quantized(model, make_inputs, mode):
     """Static int8 post-training quantization calibrated on 4 random batches, or dynamic int8 linears."""
     from fxkit.transforms.quantize import calibrate, convert, prepare, quantize_dynamic
 
+    gm = model if isinstance(model, fxkit.GraphModule) else fxkit.symbolic_trace(model)
     if mode == "dynamic":
-        return quantize_dynamic(fxkit.symbolic_trace(model))
-    prepared = prepare(fxkit.symbolic_trace(model))
+        return quantize_dynamic(gm)
+    prepared = prepare(gm)
     calibrate(prepared, [make_inputs(4) for _ in range(4)], progress=False)
     return convert(prepared, report=False)
 
@@ -182,7 +210,7 @@ def int8(names, batch, repeats, threads):
         fp32 = fxkit.compile(model, backend="onnxruntime", example_inputs=inputs, threads=threads)
         q = fxkit.compile(quantized(model, make_inputs, mode), backend="onnxruntime", example_inputs=inputs,
                           threads=threads)
-        a, b = fp32(*inputs).numpy(), q(*inputs).numpy()
+        a, b = _first(fp32(*inputs)).numpy(), _first(q(*inputs)).numpy()
         error = float(np.abs(a - b).max() / np.abs(a).max())
         t32, t8 = interleaved([lambda: fp32(*inputs), lambda: q(*inputs)], repeats)
         print(f"{name + ' ' + mode:<20} {t32 * 1e3:>9.3f} {t8 * 1e3:>9.3f} {t32 / t8:>8.2f}x {error:>27.4f}")
@@ -196,7 +224,13 @@ def main():
     repeats = 9 if args.quick else 15
     names = ["mlp", "resnet18", "bert"] if args.quick else ["mlp", "resnet18", "mobilenet_v2", "bert"]
     overhead(names, (1, 8), repeats, args.threads)
-    int8([("resnet18", "static"), ("bert", "static"), ("bert", "dynamic")], 8, repeats, args.threads)
+    rows = [("resnet18", "static"), ("bert", "static"), ("bert", "dynamic")]
+    try:
+        import transformers  # noqa: F401
+        rows.append(("hf_bert", "dynamic"))
+    except ImportError:
+        print("\n(transformers is not installed: no hf_bert row)")
+    int8(rows, 8, repeats, args.threads)
 
 
 if __name__ == "__main__":
