@@ -23,10 +23,11 @@ from fxkit.errors import GraphError
 from fxkit.graph.attributes import assign_attr
 from fxkit.graph.display import module_html
 from fxkit.graph.draw import to_svg
+from fxkit.graph.float_dtype import module_float_dtype, retarget_float_dtype
 from fxkit.graph.graph import Graph
 from fxkit.graph.printer import format_type
 from fxkit.graph.to_folder import write_folder
-from fxkit.runtime.nn.module import Module
+from fxkit.runtime.nn.module import Module, _parse_to_args
 
 _FILE_NUMBERS = itertools.count()
 _GENERATED_CLASS = "_fxkit_generated_class"
@@ -192,6 +193,25 @@ class GraphModule(Module):
         See `fxkit.graph.to_folder` for what can be written.
         """
         write_folder(self, folder, module_name)
+
+    # -- dtype casts ---------------------------------------------------------------------
+    def to(self, *args, **kwargs):
+        """`Module.to`; a floating dtype also retargets the graph's dtype constants (see `float_dtype`)."""
+        _, dtype = _parse_to_args(args, dict(kwargs))
+        if dtype is not None and dtype.is_floating_point:
+            self._retarget_float_dtype(dtype)
+        return super().to(*args, **kwargs)
+
+    def _cast_floats(self, dtype):
+        self._retarget_float_dtype(dtype)
+        return super()._cast_floats(dtype)
+
+    def _retarget_float_dtype(self, dtype):
+        """This graph's and every nested GraphModule's (a split's stages) dtype constants, before the cast."""
+        old = module_float_dtype(self)
+        for module in self.modules():
+            if isinstance(module, GraphModule):
+                retarget_float_dtype(module._graph, old, dtype)
 
     # -- submodules ----------------------------------------------------------------------
     def add_submodule(self, target, module):

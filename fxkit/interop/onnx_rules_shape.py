@@ -9,6 +9,7 @@ import numpy as np
 from fxkit.interop.onnx_builder import Value, onnx_dtype
 from fxkit.interop.onnx_rules import axis, concrete, export_rule, unsupported
 from fxkit.runtime import dtypes as _dt
+from fxkit.runtime.meta import same_dim
 
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min
@@ -80,13 +81,8 @@ def _expand(b, op, a, out):
     shape = a.input.meta.shape
     offset = len(out.shape) - len(shape)
     # A dim the input already has expands as 1 (Expand broadcasts), which keeps symbolic dims out.
-    dims = [1 if i >= offset and _same(shape[i - offset], d) else d for i, d in enumerate(out.shape)]
+    dims = [1 if i >= offset and same_dim(shape[i - offset], d) else d for i, d in enumerate(out.shape)]
     return b.op("Expand", a.input.name, b.ints(dims))
-
-
-def _same(x, y):
-    """Equal dimensions, comparing symbolic ones by their text (never deciding ``N == 4``)."""
-    return type(x) is type(y) and (x == y if type(x) is int else str(x) == str(y))
 
 
 @export_rule("getitem")

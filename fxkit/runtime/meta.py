@@ -41,7 +41,7 @@ def broadcast_shapes(*shapes, op_name="broadcast"):
                 continue
             if _is_one(dim):
                 dim = d
-            elif not _same(dim, d):
+            elif not same_dim(dim, d):
                 shown = " and ".join(str(list(s)) for s in shapes)
                 raise ShapeError(
                     f"{op_name}: shapes {shown} cannot be broadcast together "
@@ -55,7 +55,14 @@ def _is_one(d):
     return isinstance(d, int) and d == 1
 
 
-def _same(a, b):
+def same_dim(a, b):
+    """Whether dims ``a`` and ``b`` are provably equal: ints by value, symbolic dims when their
+    difference is 0 (``N*4`` and ``4*N`` print differently but are one size); a symbolic dim is never
+    the same as an int, nor as an expression in other symbols."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return str(a) == str(b)
+    try:
+        difference = a - b
+    except TypeError:
+        return str(a) == str(b)
+    return type(difference) is int and difference == 0

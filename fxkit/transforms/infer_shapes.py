@@ -55,6 +55,7 @@ from fxkit.transforms.symbolic import Sym, dim_of
 _PYTHON_FORMS = {get_op(name): getattr(operator, dunder)
                  for dunder, (name, reflected) in OPERATORS.items() if not reflected}
 _PYTHON_FORMS.update({get_op(name): getattr(operator, dunder) for dunder, name in UNARY_OPERATORS.items()})
+_PYTHON_FORMS.update({get_op("maximum"): max, get_op("minimum"): min})  # torch.sym_max of two sizes
 _PLAIN = (int, float, bool, str, type(None), tuple, DType, Device)
 _CACHE_SIZE = 1024
 

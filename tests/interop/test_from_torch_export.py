@@ -61,6 +61,29 @@ def test_views_follow_the_dynamic_batch_through_graph_arithmetic():
     assert shapes == [(n, 8), (2 * n, 2), (n, 3)]
 
 
+class _TailOfATable(tnn.Module):
+    """MPT's ALiBi slice: ``max(0, table_length - length)`` on a symbolic length (``torch.sym_max``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(3, 20))
+
+    def forward(self, x):
+        start = max(0, self.table.size(1) - x.size(1))
+        return x + self.table[:, start:].sum(0)[: x.size(1)]
+
+
+def test_max_of_symbolic_sizes_is_graph_arithmetic():
+    model = _TailOfATable().eval()
+    gm = _import(model, (C.random(2, 7),), ({0: N, 1: S},))
+    assert gm.graph.find_nodes(op="call", target=fxkit.ops.maximum)
+    for batch, size in ((2, 7), (3, 12)):
+        assert C.compare(model, gm, (C.random(batch, size, seed=size),)) < TOLERANCE
+    # NOTE: Sym knows S >= 1 but not torch's S <= 16, so max(0, 20 - S) is left undecided, with the node named.
+    with pytest.raises(fxkit.ShapeError, match=r"cannot decide -S \+ 20 < 0(.|\n)*%maximum"):
+        infer_shapes(gm, *input_specs(gm))
+
+
 def _attention_inputs(batch, length, seed):
     padding = torch.ones(batch, length, dtype=torch.int64)
     padding[0, length // 2:] = 0

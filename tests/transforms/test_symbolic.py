@@ -96,3 +96,18 @@ def test_dim_of_spec_items():
         dim_of(-1)
     with pytest.raises(ShapeError, match="symbolic dimension names are identifiers like 'N' or 'batch', got '2x'"):
         dim_of("2x")
+
+
+def test_shape_rules_match_symbolic_dims_that_print_differently():
+    """``N*4`` (a reshape of N x 4 heads) and ``4*N`` (an expand's size) are one size to every shape rule."""
+    from fxkit import ops
+    from fxkit.runtime import dtypes
+    from fxkit.runtime.meta import TensorMeta, same_dim
+
+    assert str(N * 4) != str(4 * N) and same_dim(N * 4, 4 * N)
+    assert not same_dim(N, H) and not same_dim(N, 4)
+    a, b = TensorMeta((N * 4, 16, 8), dtypes.float32), TensorMeta((4 * N, 8, 16), dtypes.float32)
+    assert ops.bmm.shape_rule(a, b).shape == (N * 4, 16, 16)
+    assert ops.matmul.shape_rule(a, b).shape == (N * 4, 16, 16)
+    assert ops.add.shape_rule(a, TensorMeta((4 * N, 16, 8), dtypes.float32)).shape == (N * 4, 16, 8)
+    assert ops.einsum.shape_rule("bij,bjk->bik", a, b).shape == (N * 4, 16, 16)

@@ -379,6 +379,8 @@ PYTHON = {
     "operator.mod":                     "remainder",
     "operator.pow":                     "pow",
     "operator.neg":                     "neg",
+    "torch.sym_max":                    "maximum",
+    "torch.sym_min":                    "minimum",
     "torch.sym_float":                  lambda c, x: x,
     "torch.sym_int":                    lambda c, x: x,
     "torch.sym_sum":                    lambda c, items: _sum(c, items),

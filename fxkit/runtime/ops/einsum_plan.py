@@ -19,6 +19,7 @@ from collections import Counter
 from typing import NamedTuple
 
 from fxkit.errors import DTypeError, ShapeError
+from fxkit.runtime.meta import same_dim
 
 
 class EinsumPlan(NamedTuple):
@@ -78,7 +79,7 @@ def plan_einsum(equation, shapes):
             seen_size = sizes.get(c)
             if seen_size is None or _is_one(seen_size):
                 sizes[c] = d
-            elif not _is_one(d) and str(d) != str(seen_size):
+            elif not _is_one(d) and not same_dim(d, seen_size):
                 raise ShapeError(f"einsum(): subscript {c} has size {d} for operand {i} which does not "
                                  f"broadcast with previously seen size {seen_size} (equation {equation!r}, "
                                  f"shapes {[list(s) for s in shapes]})")

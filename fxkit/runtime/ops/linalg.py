@@ -12,7 +12,7 @@ import math
 
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
-from fxkit.runtime.meta import TensorMeta, broadcast_shapes
+from fxkit.runtime.meta import TensorMeta, broadcast_shapes, same_dim
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.einsum_plan import cached_plan, contract, plan_einsum
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
@@ -30,7 +30,7 @@ def _matmul_shape(a_shape, b_shape, name="matmul"):
                          f"{list(a_shape)} and {list(b_shape)}")
     a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
     b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
-    if str(a2[-1]) != str(b2[-2]):
+    if not same_dim(a2[-1], b2[-2]):
         raise ShapeError(f"{name}: mat1 and mat2 shapes cannot be multiplied "
                          f"({_dims(a2[-2:])} and {_dims(b2[-2:])})")
     batch = broadcast_shapes(a2[:-2], b2[:-2], op_name=name)
@@ -115,7 +115,7 @@ def mm(xp, input, mat2):  # noqa: A002
 
 def _bmm_shape(name, a_shape, b_shape):
     _require_ndim(name, 3, batch1=a_shape, batch2=b_shape)
-    if str(a_shape[0]) != str(b_shape[0]):
+    if not same_dim(a_shape[0], b_shape[0]):
         raise ShapeError(f"{name}: batch1 and batch2 must have the same batch size, got "
                          f"{a_shape[0]} and {b_shape[0]} (shapes {list(a_shape)} and {list(b_shape)})")
     return _matmul_shape(a_shape, b_shape, name)
@@ -147,7 +147,7 @@ def _linear_shape(x_shape, w_shape, b_shape):
     if len(x_shape) == 0:
         raise ShapeError(f"linear: the input must have at least 1 dimension (its last is in_features="
                          f"{in_features}), got a 0-d tensor")
-    if str(x_shape[-1]) != str(in_features):
+    if not same_dim(x_shape[-1], in_features):
         raise ShapeError(
             f"linear: mat1 and mat2 shapes cannot be multiplied ({math.prod(x_shape[:-1])}x{x_shape[-1]} "
             f"and {_dims(tuple(reversed(w_shape)))}): the input's last dimension is {x_shape[-1]} "
