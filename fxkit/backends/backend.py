@@ -107,8 +107,8 @@ class Backend(abc.ABC):
         Returns:
             A list of callables ``GraphModule -> GraphModule``.
         """
-        # NOTE: constant folding bakes parameter values in: compiled code is for
-        # inference, and `CompiledModule` documents that weights are read at compile time.
+        # NOTE: folding precomputes from parameter values; `WeightGuard` recomputes (or
+        # recompiles) after the parameters are written, so compiled code can be trained through.
         return [
             RemoveDropout(),
             FoldConvBN(),
