@@ -36,9 +36,11 @@ class Graph:
 
     Attributes:
         owning_module: the `GraphModule` whose code this graph is, or None.
+        _tracer_cls: the `Tracer` class that recorded the graph (None for one built by hand), kept by
+            copies, so code re-tracing a module can use the same leaf rules (torch.fx's name).
     """
 
-    def __init__(self, owning_module=None):
+    def __init__(self, owning_module=None, tracer_cls=None):
         root = Node.__new__(Node)
         root.graph, root._name, root._op, root._target = self, "", "root", None
         root._args, root._kwargs, root._inputs, root.users, root.meta = (), {}, {}, {}, {}
@@ -51,6 +53,7 @@ class Graph:
         self._insert_mode, self._insert_anchor = "before", root
         self._code_cache = None
         self.owning_module = owning_module
+        self._tracer_cls = tracer_cls
 
     @property
     def nodes(self):
@@ -169,7 +172,7 @@ class Graph:
 
     def copy(self):
         """A new graph with copies of every node (names and meta kept)."""
-        new = Graph()
+        new = Graph(tracer_cls=self._tracer_cls)
         env = {}
         for node in self.nodes:
             env[node] = new.node_copy(node, env.__getitem__)
@@ -280,10 +283,10 @@ class Graph:
 
         records = [(n.name, n.op, n.target, map_arg(n.args, ref), map_arg(n.kwargs, ref), n.meta)
                    for n in self.nodes]
-        return {"nodes": records}
+        return {"nodes": records, "tracer_cls": self._tracer_cls}
 
     def __setstate__(self, state):
-        self.__init__()
+        self.__init__(tracer_cls=state.get("tracer_cls"))
         made = []
 
         def deref(value):

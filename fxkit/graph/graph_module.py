@@ -21,6 +21,7 @@ import weakref
 
 from fxkit.errors import GraphError
 from fxkit.graph.attributes import assign_attr
+from fxkit.graph.call_errors import note_generated_frame
 from fxkit.graph.display import module_html
 from fxkit.graph.draw import to_svg
 from fxkit.graph.graph import Graph
@@ -64,6 +65,13 @@ class GraphModule(Module):
     """
 
     forward = _Forward()
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.forward(*args, **kwargs)
+        except Exception as exc:
+            note_generated_frame(self, exc)
+            raise
 
     def __new__(cls, *args, **kwargs):
         # Each instance gets its own class, so its forward is a class attribute.

@@ -204,7 +204,7 @@ class Tracer:
             self.root, fn, skip = nn.Module(), root, 0
         else:
             raise TraceError(f"symbolic_trace: expected an fxkit.nn.Module or a function, got {type(root).__name__}")
-        self.graph = Graph()
+        self.graph = Graph(tracer_cls=type(self))
         self._fn_globals = getattr(fn, "__globals__", {})
         self._index_module_tree()
         self._attr_proxies = {}
