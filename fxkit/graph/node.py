@@ -375,6 +375,8 @@ def format_target(node):
         # operator.add and builtins.getattr would otherwise read like the registry's add and getattr ops.
         module = _PLAIN_MODULES.get(getattr(target, "__module__", None))
         return f"{module}.{name}" if module else name
+    if node._op == "placeholder" and type(target) is str and target.lstrip("*").isidentifier():
+        return target  # ``*args`` / ``**kwargs`` as the signature spells them
     return _format_path(target) if type(target) is str else repr(target)
 
 

@@ -31,6 +31,7 @@ from fxkit.tracer.autowrap import autowrap_table
 from fxkit.tracer.proxy import Proxy, trace_error
 from fxkit.tracer.specialize import check_specialized, guardable
 from fxkit.tracer.stack import user_location
+from fxkit.tracer.variadic import flatten_variadic
 
 _ATOMS = (int, float, bool, str, type(None), complex, type(Ellipsis), DType, Device, Op)
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -213,6 +214,7 @@ class Tracer:
         args, kwargs = self._placeholders(fn, skip, dict(concrete_args or {}))
         if skip:
             args.insert(0, self.root)
+        fn, args, kwargs = flatten_variadic(fn, args, kwargs)
         with patched(self):
             ACTIVE.append(self)
             try:
@@ -245,7 +247,11 @@ class Tracer:
 
     def _placeholders(self, fn, skip, concrete_args):
         """One placeholder per argument of ``fn`` (after ``self``); the values to call it with."""
-        params = list(inspect.signature(fn).parameters.values())[skip:]
+        params = list(inspect.signature(fn).parameters.values())
+        if skip and params and params[0].kind in (params[0].VAR_POSITIONAL, params[0].VAR_KEYWORD):
+            raise TraceError(f"symbolic_trace: {fn.__qualname__} has no self parameter: self cannot be part of "
+                             f"*args expansion; write forward(self, ...)")
+        params = params[skip:]
         unknown = set(concrete_args) - {p.name for p in params}
         if unknown:
             raise TraceError(f"symbolic_trace: concrete_args names {sorted(unknown)}, which "
@@ -254,8 +260,14 @@ class Tracer:
         guards = []
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TraceError(f"symbolic_trace: {fn.__qualname__} takes {'*' if p.kind == p.VAR_POSITIONAL else '**'}"
-                                 f"{p.name}; give forward named arguments (a nested tuple/dict argument is fine)")
+                # torch.fx's rule: one placeholder stands for all of them, its target says which.
+                stars = "*" if p.kind == p.VAR_POSITIONAL else "**"
+                if p.name in concrete_args:
+                    raise TraceError(f"symbolic_trace: concrete_args fixes {stars}{p.name} of {fn.__qualname__}; "
+                                     f"only named arguments can be fixed")
+                kwargs[stars + p.name] = self.proxy(self.create_node("placeholder", stars + p.name, (), {},
+                                                                     name=p.name))
+                continue
             if p.name in concrete_args:
                 value = concrete_args[p.name]
                 node = self.create_node("placeholder", p.name, (value,), {}, name=p.name)

@@ -7,7 +7,6 @@ conv-bn fusion cases.
 the file (accelerator partitioner, normalize, type annotations, merge_matmul, mkldnn, z3) are listed
 in tests/peer/README.md with the reason they are not ported.
 """
-import operator
 
 import numpy as np
 import pytest
@@ -166,11 +165,9 @@ def test_split_module_tuple_return():
 
 
 # test/test_fx_experimental.py::TestFXExperimental::test_split_module_kwargs_expansion
-# fxkit's tracer refuses ``**kwargs`` in forward (README design notes): the keyword arguments come in
-# as one dict argument, read the same way (a getitem node the split callback sees first).
 def test_split_module_kwargs_expansion():
     class ModuleWithKwargsExpansion(nn.Module):
-        def forward(self, x, kwargs):
+        def forward(self, x, **kwargs):
             return x + kwargs["foo"]
 
     mod = ModuleWithKwargsExpansion()
@@ -186,7 +183,7 @@ def test_split_module_kwargs_expansion():
 
     split = split_module(traced, mod, split_callback)
     x, foo = randn(5, 3, seed=1), randn(5, 3, seed=2)
-    assert_close(split(x, {"foo": foo}), traced(x, {"foo": foo}))
+    assert_close(split(x, foo=foo), traced(x, foo=foo))
 
 
 # test/test_fx_experimental.py::TestFXExperimental::test_subgraph_trivial_resnet
