@@ -1,5 +1,5 @@
-"""Port of pytorch/pytorch test/test_fx_experimental.py (TestFXExperimental): the split_module and
-conv-bn fusion cases.
+"""Port of pytorch/pytorch test/test_fx_experimental.py (TestFXExperimental): the split_module,
+conv-bn fusion and to_folder cases.
 
 ``torch.fx.passes.split_module.split_module(m, root_m, split_callback, ...)`` is fxkit's
 ``split_module`` in torch.fx's calling convention (`fxkit.transforms.split_module_torch`);
@@ -387,3 +387,35 @@ def test_conv_bn_fusion_mixed_dtype():
     # assertEqual's bfloat16 tolerance (rtol 1.6e-2, atol 1e-5), plus a bfloat16 step for values near 0
     np.testing.assert_allclose(actual.numpy().astype(np.float32), expected.numpy().astype(np.float32),
                                rtol=1.6e-2, atol=1e-2)
+
+
+# test/test_fx_experimental.py::TestFXExperimental::test_to_folder
+def test_to_folder(tmp_path):
+    import importlib.util
+    import sys
+
+    class Test(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W = nn.Parameter(randn(2, seed=1))
+            self.seq = nn.Sequential(nn.BatchNorm1d(2, 2))
+            self.linear = nn.Linear(2, 2)
+            self.attr = randn(2, seed=2)
+            self.register_buffer("attr2", randn(2, seed=3))
+            self.register_buffer("attr3", fxkit.ones(2, dtype=fxkit.int32))
+
+        def forward(self, x):
+            return self.linear(self.seq(self.W + self.attr + self.attr2 + self.attr3 + x))
+
+    mod = symbolic_trace(Test())
+    module_name = "Foo"
+    mod.to_folder(tmp_path, module_name)
+    spec = importlib.util.spec_from_file_location(module_name, tmp_path / "__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+        t = randn(2, 2, seed=4)
+        assert_close(module.Foo()(t), mod(t))
+    finally:
+        del sys.modules[module_name]
