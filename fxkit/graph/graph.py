@@ -392,4 +392,6 @@ def _candidate_name(op, target):
         return target if op == "placeholder" else snake_case(target)
     if isinstance(target, Op):
         return target.name
-    return getattr(target, "__name__", None) or type(target).__name__
+    # NOTE: a class called as a function (``CustomArgObject(x, y)``) names its node custom_arg_object,
+    # as torch.fx does, so the node never shadows the class's global in generated code.
+    return snake_case(getattr(target, "__name__", None) or type(target).__name__)

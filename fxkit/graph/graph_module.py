@@ -68,7 +68,8 @@ class GraphModule(Module):
 
     def __call__(self, *args, **kwargs):
         try:
-            return self.forward(*args, **kwargs)
+            # NOTE: through Module.__call__, which a running trace patches to see submodule calls.
+            return super().__call__(*args, **kwargs)
         except Exception as exc:
             note_generated_frame(self, exc)
             raise

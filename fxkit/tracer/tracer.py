@@ -144,6 +144,9 @@ class Tracer:
         if isinstance(a, nn.Module):
             raise trace_error(f"a module ({t.__name__}) was passed as an argument to a traced call; "
                               f"call the module instead of passing it around")
+        hook = getattr(t, "__fx_create_arg__", None)
+        if hook is not None:  # torch.fx's protocol: the object records how to rebuild itself
+            return hook(a, self)
         return a
 
     # -- tensors of the module ---------------------------------------------------------

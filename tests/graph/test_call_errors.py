@@ -48,3 +48,22 @@ def test_a_split_module_notes_the_child_that_failed_once():
         parent(fxkit.randn(2, 5))
     (note,) = _notes(info.value)
     assert "node: %matmul = call[matmul](%x, %w)" in note
+
+
+def test_a_graph_module_called_inside_a_trace_is_still_a_leaf_call():
+    # GraphModule.__call__ adds the note through Module.__call__, which the tracer watches.
+    class Outer(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x).relu()
+
+    class KeepGraphModules(fxkit.Tracer):
+        def is_leaf_module(self, module, qualname):
+            return isinstance(module, fxkit.GraphModule) or super().is_leaf_module(module, qualname)
+
+    inner = fxkit.symbolic_trace(Scale())
+    graph = KeepGraphModules().trace(Outer(inner))
+    assert [n.target for n in graph.find_nodes(op="call") if type(n.target) is str] == ["inner"]
