@@ -13,6 +13,7 @@ Example:
     >>> print(gm.graph)
     >>> gm(x)        # equals model(x)
 """
+import copy
 import inspect
 import math
 
@@ -36,6 +37,8 @@ from fxkit.tracer.variadic import flatten_variadic
 _ATOMS = (int, float, bool, str, type(None), complex, type(Ellipsis), DType, Device, Op)
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _BUILTIN_PREFIXES = ("fxkit.runtime.nn", "fxkit.nn")
+# NOTE: what Tracer.__deepcopy__ shares: modules cannot be copied, and globals must not be.
+_SHARED_ON_COPY = frozenset({"_autowrap_modules", "_autowrap_table", "_fn_globals"})
 
 
 class Tracer:
@@ -54,6 +57,9 @@ class Tracer:
     guard_concrete_args = True
     """Whether ``concrete_args`` get a `check_specialized` guard node (tracers of bodies that
     are analysed but never run turn it off)."""
+
+    traced_func_name = "forward"
+    """The method of a root module that is traced (torch.fx's attribute of the same name)."""
 
     def __init__(self, autowrap_modules=(math,), autowrap_functions=()):
         """
@@ -74,6 +80,15 @@ class Tracer:
         self._attr_proxies = {}
         self._arrays = {}
         self._constants = []
+
+    def __deepcopy__(self, memo):
+        """``copy.deepcopy`` (of a `Proxy` holding this tracer): Python modules and the traced
+        function's globals are shared, not copied (modules cannot be); the rest is copied."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = value if key in _SHARED_ON_COPY else copy.deepcopy(value, memo)
+        return new
 
     # -- what stays one node ---------------------------------------------------------
     def is_leaf_module(self, module, qualname):
@@ -203,7 +218,11 @@ class Tracer:
         if isinstance(root, nn.Module):
             if isinstance(root, GraphModule):
                 root.code  # noqa: B018  (regenerates a stale forward: the class attribute cannot)
-            self.root, fn, skip = root, type(root).forward, 1
+            fn = getattr(type(root), self.traced_func_name, None)
+            if not callable(fn):
+                raise TraceError(f"symbolic_trace: traced_func_name={self.traced_func_name!r} doesn't exist in "
+                                 f"{type(root).__name__}; set Tracer.traced_func_name to one of its methods")
+            self.root, skip = root, 1
         elif callable(root):
             self.root, fn, skip = nn.Module(), root, 0
         else:
