@@ -16,6 +16,7 @@ Example:
 import ast
 import itertools
 import linecache
+import os
 import types
 import weakref
 
@@ -142,7 +143,7 @@ class GraphModule(Module):
         graph = d["_graph"]
         cls = type(self)
         code = graph.python_code(root="self")
-        filename = f"<fxkit-generated {cls.__name__} #{next(_FILE_NUMBERS)}>.py"
+        filename = f"<fxkit-generated {cls.__name__} #{next(_FILE_NUMBERS)}{_traced_from(graph)}>.py"
         namespace = dict(code.globals)  # the code may be shared: the graph caches it
         exec(code.compile(filename), namespace)
         forward = namespace["forward"]
@@ -303,6 +304,16 @@ def _rebuild(base, class_name, state):
 def _base_class(cls):
     """The first class of ``cls``'s MRO that is no per-instance generated class."""
     return next(klass for klass in cls.__mro__ if not klass.__dict__.get(_GENERATED_CLASS, False))
+
+
+def _traced_from(graph):
+    """`` from model.py``: the file the graph's first traced node came from (torch.fx names the generated
+    code's file after it too), or ``""``."""
+    for node in graph.nodes:
+        stack = node.meta.get("stack")
+        if stack is not None and getattr(stack, "filename", None):
+            return f" from {os.path.basename(stack.filename)}"
+    return ""
 
 
 def _forget_source(filename):
