@@ -14,6 +14,7 @@ Example:
     >>> gm(x)        # equals model(x)
 """
 import copy
+import dataclasses
 import inspect
 import math
 
@@ -162,6 +163,10 @@ class Tracer:
         hook = getattr(t, "__fx_create_arg__", None)
         if hook is not None:  # torch.fx's protocol: the object records how to rebuild itself
             return hook(a, self)
+        if dataclasses.is_dataclass(a) and not isinstance(a, type):
+            # As torch.fx: a dataclass (possibly holding traced values) is rebuilt by a call of its class.
+            fields = {f.name: self.create_arg(getattr(a, f.name)) for f in dataclasses.fields(a) if f.init}
+            return self.create_node("call", t, (), fields)
         return a
 
     # -- tensors of the module ---------------------------------------------------------

@@ -5,15 +5,17 @@ Translated as in tests/peer/test_fx.py. The cases of that range not ported, with
 in tests/peer/README.md.
 """
 import copy
+import dataclasses
 import functools
 import gc
 import os
+import typing
 import weakref
 
 import pytest
 
 import fxkit
-from fxkit import GraphModule, TraceError, Tracer, Transformer, nn, symbolic_trace
+from fxkit import GraphError, GraphModule, Interpreter, TraceError, Tracer, Transformer, nn, symbolic_trace
 from fxkit.graph import Graph
 from fxkit.tracer import Proxy
 from tests.peer.helpers import assert_close, assert_equal, randn
@@ -264,3 +266,178 @@ def test_trace_buffer_slice():
     traced = symbolic_trace(ec)
     x = randn(bs, d_hid, seed=4)
     assert_close(ec(x), traced(x))
+
+
+# test/test_fx.py::TestFX::test_transformer_preserves_nn_module_stack_for_get_attr
+def test_transformer_preserves_nn_module_stack_for_get_attr():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(fxkit.ones(1, 1))
+
+        def forward(self, x):
+            return self.weight + x
+
+    tracer = Tracer()
+    graph = tracer.trace(M())
+    gm = GraphModule(tracer.root, graph)
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            node.meta["nn_module_stack"] = "self"
+            node.meta["stack_trace"] = "stack_trace"
+            node.meta["source_fn_stack"] = "source_fn_stack"
+    new_gm = Transformer(gm).transform()
+    for node in new_gm.graph.nodes:
+        if node.op == "get_attr":
+            assert node.meta["nn_module_stack"] == "self"
+            assert node.meta["stack_trace"] == "stack_trace"
+            assert node.meta["source_fn_stack"] == "source_fn_stack"
+
+
+class LinearClamp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.param = nn.Parameter(fxkit.rand(3, 4))
+        self.linear = nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.linear(x + self.param).clamp(min=0.0, max=1.0)
+
+
+# test/test_fx.py::TestFX::test_interpreter_other_graph
+def test_interpreter_other_graph():
+    m = LinearClamp()
+    gm = symbolic_trace(m)
+    interpreter = Interpreter(gm, graph=gm.graph)
+    inp = randn(3, 4)
+    assert_equal(interpreter.run(inp), gm(inp))
+    assert_close(interpreter.run(inp), m(inp))
+
+
+# test/test_fx.py::TestFX::test_interpreter_default_args
+def test_interpreter_default_args():
+    class Model(nn.Module):
+        def forward(self, x, y=3.14159):
+            return x + y
+
+    gm = symbolic_trace(Model())
+    x = randn(5, 3)
+    assert_close(Interpreter(gm).run(x), x + 3.14159)
+
+
+# test/test_fx.py::TestFX::test_interpreter_not_enough_args (fxkit's message names the missing input)
+def test_interpreter_not_enough_args():
+    class Model(nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    gm = symbolic_trace(Model())
+    with pytest.raises(GraphError, match="missing a value for the graph input 'y'"):
+        Interpreter(gm).run(randn(5, 3))
+
+
+@dataclasses.dataclass
+class MyOutput:
+    foo: object
+    bar: object
+
+
+# test/test_fx.py::TestFX::test_trace_return_dataclass
+def test_trace_return_dataclass():
+    class ModuleReturnDataclass(nn.Module):
+        def forward(self, d):
+            return MyOutput(foo=d + d, bar=d * 3)
+
+    module = ModuleReturnDataclass()
+    traced_graph = symbolic_trace(module).graph
+    gm = GraphModule(module, traced_graph)
+    x = fxkit.rand(1)
+    expected, actual = module(x), gm(x)
+    assert type(actual) is MyOutput
+    assert_equal(actual.foo, expected.foo)
+    assert_equal(actual.bar, expected.bar)
+
+
+# test/test_fx.py::TestFX::test_trace_return_dataclass_nested
+def test_trace_return_dataclass_nested():
+    class ModuleReturnDataclass(nn.Module):
+        def forward(self, d):
+            return MyOutput(foo=d + d, bar=d * 3)
+
+    class CallsModule(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = ModuleReturnDataclass()
+
+        def forward(self, x):
+            tmp = self.m(x)
+            return MyOutput(foo=tmp.foo, bar=tmp.bar)
+
+    module = CallsModule()
+    gm = GraphModule(module, symbolic_trace(module).graph)
+    x = fxkit.rand(1)
+    expected, actual = module(x), gm(x)
+    assert_equal(actual.foo, expected.foo)
+    assert_equal(actual.bar, expected.bar)
+
+
+class NamedOutput(typing.NamedTuple):
+    foo: object
+    bar: object
+
+
+# test/test_fx.py::TestFX::test_trace_return_namedtuple
+def test_trace_return_namedtuple():
+    class ModuleReturnNamedTuple(nn.Module):
+        def forward(self, d):
+            return NamedOutput(foo=d, bar=d)
+
+    module = ModuleReturnNamedTuple()
+    gm = GraphModule(module, symbolic_trace(module).graph)
+    x = fxkit.rand(1)
+    out = gm(x)
+    assert type(out) is NamedOutput
+    assert_equal(out, module(x))
+
+
+class Pair(typing.NamedTuple):
+    x: object
+    y: object
+
+
+@fxkit.wrap
+def wrapped_named_tup(p1, *, p2):
+    return p1.x + p2.y
+
+
+# test/test_fx.py::TestFX::test_named_tuple_inlined (fxkit prints a NamedTuple argument as
+# ``Pair(x=%inp, y=1.2)`` through format_arg, torch.fx's _format_arg)
+def test_named_tuple_inlined():
+    from fxkit.graph.node import format_arg
+
+    class NamedTupMod(nn.Module):
+        def forward(self, inp):
+            return wrapped_named_tup(Pair(inp, 1.2), p2=Pair(3.4, inp))
+
+    m = NamedTupMod()
+    inp = fxkit.rand(3, 4)
+    ref = m(inp)
+    traced = symbolic_trace(m)
+    assert_equal(traced(inp), ref)
+    ph = call_func = None
+    for node in traced.graph.nodes:
+        if node.op == "placeholder":
+            ph = node
+        elif node.op == "call" and node.target is wrapped_named_tup:
+            node.update_arg(0, Pair(ph, 1.2))
+            node.update_kwarg("p2", Pair(3.4, ph))
+            call_func = node
+            break
+    assert call_func is not None
+    assert isinstance(call_func.args[0], Pair)
+    assert isinstance(call_func.kwargs["p2"], Pair)
+    assert format_arg(call_func.args[0]) == "Pair(x=%inp, y=1.2)"
+    assert format_arg(call_func.kwargs["p2"]) == "Pair(x=3.4, y=%inp)"
+    traced.graph.eliminate_dead_code()
+    traced.recompile()
+    assert_equal(traced(inp), ref)
