@@ -33,7 +33,7 @@ from fxkit.runtime.nn.module import Module
 _FILE_NUMBERS = itertools.count()
 _GENERATED_CLASS = "_fxkit_generated_class"
 # What a GraphModule keeps in its __dict__ besides Module's own fields.
-_STATE = frozenset({"_graph", "_python_code", "_code_version", "_linecache_key", "_finalizer"})
+_STATE = frozenset({"_graph", "_python_code", "_code_version", "_linecache_key", "_finalizer", "meta"})
 
 
 class _Forward:
@@ -63,6 +63,7 @@ class GraphModule(Module):
     Attributes:
         graph: the graph; assigning a new one regenerates the code lazily.
         code: the generated ``forward`` source.
+        meta: a dict for passes' annotations of the whole module (``copy.deepcopy`` copies it).
     """
 
     forward = _Forward()
@@ -106,6 +107,7 @@ class GraphModule(Module):
                     assign_attr(self, node.target, root[node.target])
         else:
             raise GraphError(f"GraphModule: root must be an fxkit.nn.Module or a dict, got {type(root).__name__}")
+        self.__dict__["meta"] = {}  # the module's own annotations (torch.fx's GraphModule.meta); copies keep them
         self.__dict__["_linecache_key"] = None
         self.graph = graph
         self.recompile()
@@ -256,7 +258,17 @@ class GraphModule(Module):
         # By graph and state, never by the generated function: it is regenerated on load.
         state = {k: v for k, v in self.__dict__.items()
                  if k not in ("_python_code", "_code_version", "_linecache_key", "_finalizer")}
-        return (_rebuild, (_base_class(type(self)), type(self).__name__, state))
+        # NOTE: the state comes third, so copy.deepcopy memoises the new module before copying the
+        # state, and a meta entry referring back to the module copies without recursing.
+        return (_empty_graph_module, (_base_class(type(self)), type(self).__name__), state)
+
+    def __setstate__(self, state):
+        state = dict(state)
+        graph = state.pop("_graph")
+        self.__dict__.update(state)
+        self.__dict__["_linecache_key"] = None
+        self.graph = graph
+        self.recompile()
 
     def __str__(self):
         return f"{super().__repr__()}\n\n{self.code}"
@@ -290,14 +302,9 @@ def _module_fields(cache=[]):  # noqa: B006  (computed once, on first use)
     return cache[0]
 
 
-def _rebuild(base, class_name, state):
+def _empty_graph_module(base, class_name):
     gm = base.__new__(base)
     type(gm).__name__ = type(gm).__qualname__ = class_name
-    graph = state.pop("_graph")
-    gm.__dict__.update(state)
-    gm.__dict__["_linecache_key"] = None
-    gm.graph = graph
-    gm.recompile()
     return gm
 
 

@@ -224,6 +224,12 @@ class Node:
         args[index] = value
         self.args = args
 
+    def insert_arg(self, index, value):
+        """Insert ``value`` at position ``index`` of the positional arguments (list.insert's rule)."""
+        args = list(self._args)
+        args.insert(index, value)
+        self.args = args
+
     def update_kwarg(self, key, value):
         """Set keyword argument ``key`` to ``value``."""
         kwargs = dict(self._kwargs)

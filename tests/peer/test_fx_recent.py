@@ -441,3 +441,73 @@ def test_named_tuple_inlined():
     traced.graph.eliminate_dead_code()
     traced.recompile()
     assert_equal(traced(inp), ref)
+
+
+# test/test_fx.py::TestFX::test_imul_code_print
+def test_imul_code_print():
+    import operator
+
+    graph = Graph()
+    a = graph.placeholder("a")
+    b = graph.placeholder("b")
+    graph.call(operator.imul, (a, b), {})
+    graph.output(a)
+    gm = GraphModule({}, graph)
+    gm.recompile()
+    assert gm(2, 3) == 6
+    assert "a *= b" in gm.code
+
+
+# test/test_fx.py::TestFX::test_deepcopy_tracer
+def test_deepcopy_tracer():
+    def fn(x, y):
+        return (x + y).relu().sin()
+
+    tracer = Tracer()
+    tracer_before = copy.deepcopy(tracer)
+    tracer.trace(fn)
+    tracer_after = copy.deepcopy(tracer)
+    assert str(tracer.graph) == str(tracer_after.graph)
+    assert getattr(tracer_before, "graph", None) is None or str(tracer.graph) != str(tracer_before.graph)
+
+
+class SimpleTest(nn.Module):
+    def forward(self, x):
+        return fxkit.relu(x + 3.0)
+
+
+# test/test_fx.py::TestFX::test_deepcopy_graphmodule
+def test_deepcopy_graphmodule():
+    m = symbolic_trace(SimpleTest())
+    m.meta["hello"] = "world"
+    copy_m = copy.deepcopy(m)
+    assert copy_m.meta["hello"] == "world"
+
+
+# test/test_fx.py::TestFX::test_deepcopy_no_recursion
+def test_deepcopy_no_recursion():
+    m = symbolic_trace(SimpleTest())
+    m.meta["hello"] = m  # circular reference
+    copy_m = copy.deepcopy(m)
+    assert copy_m.meta["hello"] is copy_m
+
+
+# test/test_fx.py::TestFX::test_insert_arg
+def test_insert_arg():
+    m = symbolic_trace(SimpleTest())
+    m.register_buffer("buf", fxkit.tensor(0))
+    output_node = next(iter(reversed(m.graph.nodes)))
+    with m.graph.inserting_before(output_node):
+        a = m.graph.get_attr("buf")
+    r = len(output_node.args)
+    output_node.insert_arg(0, a)
+    assert len(output_node.args) == r + 1
+    assert len(a.users) == 1
+    assert output_node.args[0] is a
+    assert next(iter(a.users.keys())) is output_node
+    output_node.insert_arg(2, a)
+    assert len(output_node.args) == r + 2
+    assert len(a.users) == 1
+    assert output_node.args[2] is a
+    assert next(iter(a.users.keys())) is output_node
+    m.graph.lint()
