@@ -131,9 +131,10 @@ def foo(a, b):
     return a * b
 
 
-# test/test_fx.py::TestFX::test_stack_traces (fxkit records the innermost user frame of each node in
-# meta["stack"], always; torch.fx records the whole stack in meta["stack_trace"] when asked)
-def test_stack_traces():
+# test/test_fx.py::TestFX::test_stack_traces, the newest version's (a node made inside a plain function;
+# the older version is ported in test_fx.py). fxkit records the innermost user frame of each node in
+# meta["stack"], always; torch.fx records the whole stack in meta["stack_trace"] when asked.
+def test_stack_traces_through_a_function():
     class M(nn.Module):
         def forward(self, a, b):
             c = a + b
