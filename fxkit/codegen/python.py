@@ -29,6 +29,7 @@ import types
 
 import fxkit.ops as _ops_module
 from fxkit.codegen.namespace import Namespace, is_plain_identifier
+from fxkit.codegen.signature import Signature
 from fxkit.errors import GraphError
 from fxkit.runtime.device import Device
 from fxkit.runtime.dtypes import DType
@@ -115,44 +116,6 @@ class PythonCode:
         return iter((self.src, self.globals))
 
 
-class _Signature:
-    """The parameters of ``forward``, one per placeholder in order: positional ones, then (after a
-    ``*args`` placeholder, whose target starts with ``*``) keyword-only ones, then ``**kwargs``."""
-
-    def __init__(self, root):
-        self.args, self.defaults = [root], []
-        self.vararg = self.kwarg = None
-        self.kwonly, self.kw_defaults = [], []
-
-    def place(self, node, arg, default):
-        target = node.target
-        if self.kwarg is not None:
-            raise GraphError(f"placeholder %{node.name} follows the **{self.kwarg.arg} placeholder; "
-                             f"move it before that one")
-        if target.startswith("**"):
-            self.kwarg = arg
-        elif target.startswith("*"):
-            if self.vararg is not None:
-                raise GraphError(f"placeholder %{node.name} is a second *args placeholder; a function "
-                                 f"takes one")
-            self.vararg = arg
-        elif self.vararg is not None:
-            self.kwonly.append(arg)
-            self.kw_defaults.append(default)
-        elif default is not None:
-            self.args.append(arg)
-            self.defaults.append(default)
-        elif self.defaults:
-            raise GraphError(f"placeholder %{node.name} has no default but follows a placeholder "
-                             f"with one; move it before them or give it a default")
-        else:
-            self.args.append(arg)
-
-    def arguments(self):
-        return ast.arguments(posonlyargs=[], args=self.args, vararg=self.vararg, kwonlyargs=self.kwonly,
-                             kw_defaults=self.kw_defaults, kwarg=self.kwarg, defaults=self.defaults)
-
-
 def generate_forward(nodes, root_name="self"):
     """Generate ``def forward(<root_name>, <placeholders>)`` from ``nodes``.
 
@@ -205,7 +168,7 @@ class _Emitter:
     # -- the function ------------------------------------------------------------
     def run(self):
         frees = self._frees_after()
-        variadic = _Signature(ast.arg(self.root, lineno=1, col_offset=0))
+        variadic = Signature(ast.arg(self.root, lineno=1, col_offset=0))
         body = []
         made = []
         line = 1

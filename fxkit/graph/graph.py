@@ -90,8 +90,10 @@ class Graph:
         return node
 
     def placeholder(self, name, default=_NO_DEFAULT):
-        """A graph input called ``name``, optionally with a default value."""
-        return self.create_node("placeholder", name, () if default is _NO_DEFAULT else (default,), name=name)
+        """A graph input called ``name``, optionally with a default value; ``"*args"`` / ``"**kwargs"``
+        make the starred parameters of ``forward`` (the node is named without the stars)."""
+        return self.create_node("placeholder", name, () if default is _NO_DEFAULT else (default,),
+                                name=name.lstrip("*") if type(name) is str else name)
 
     def get_attr(self, qualname, name=None):
         """Read the owning module's attribute ``qualname`` (``"layer1.0.conv1.weight"``)."""

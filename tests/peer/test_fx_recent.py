@@ -239,36 +239,6 @@ def test_informative_co_filename():
     assert os.path.basename(__file__) in gm.forward.__code__.co_filename
 
 
-# test/test_fx.py::TestFX::test_trace_buffer_slice (skipped upstream, "Hotfix for SEV remediation";
-# ported as written)
-def test_trace_buffer_slice():
-    bs, d_hid = 10, 23
-
-    class ExampleCode(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.mm_param = nn.Parameter(randn(d_hid, d_hid, seed=1))
-            self.mm_param2 = nn.Parameter(randn(d_hid, d_hid, seed=2))
-            self.lin = nn.Linear(d_hid, d_hid)
-            self.register_buffer("buffer", randn(bs + 100, d_hid, seed=3))
-
-        def forward(self, x):
-            x = fxkit.mm(x, self.mm_param)
-            skip_connection = x
-            x = fxkit.relu(x)
-            x = fxkit.mm(x, self.mm_param) + self.buffer[: x.shape[0]]
-            x = self.lin(x)
-            x = fxkit.relu(x)
-            x = x + skip_connection
-            x = fxkit.mm(x, self.mm_param2)
-            return self.lin(x)
-
-    ec = ExampleCode()
-    traced = symbolic_trace(ec)
-    x = randn(bs, d_hid, seed=4)
-    assert_close(ec(x), traced(x))
-
-
 # test/test_fx.py::TestFX::test_transformer_preserves_nn_module_stack_for_get_attr
 def test_transformer_preserves_nn_module_stack_for_get_attr():
     class M(nn.Module):

@@ -51,3 +51,21 @@ def test_compile_refuses_starred_inputs():
     gm = fxkit.symbolic_trace(Variadic())
     with pytest.raises(LoweringError, match=r"fxkit.compile\(Variadic\): the graph input \*args is not compiled"):
         fxkit.compile(gm, backend="numpy", example_inputs=(_value(1.0), _value(2.0)))
+
+
+def test_a_graph_whose_placeholders_no_signature_can_take_is_refused():
+    from fxkit import GraphError, GraphModule
+    from fxkit.graph import Graph
+
+    graph = Graph()
+    graph.placeholder("**kwargs")
+    graph.placeholder("x")
+    graph.output(None)
+    with pytest.raises(GraphError, match=r"placeholder %x follows the \*\*kwargs placeholder; move it before"):
+        GraphModule(nn.Module(), graph)
+    graph = Graph()
+    graph.placeholder("*a")
+    graph.placeholder("*b")
+    graph.output(None)
+    with pytest.raises(GraphError, match=r"placeholder %b is a second \*args placeholder"):
+        GraphModule(nn.Module(), graph)
