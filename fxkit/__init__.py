@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 from fxkit.graph import Graph, GraphModule, Interpreter, Node, Transformer  # noqa: E402
 from fxkit.graph.draw import draw  # noqa: E402  (fxkit.draw(gm, "model.svg"))
 from fxkit.tracer import Proxy, Tracer, load, save, symbolic_trace, wrap  # noqa: E402
+from fxkit.tracer.assertion import _assert  # noqa: E402  (torch._assert)
 from fxkit.backends import compile  # noqa: E402,A001  (fxkit.compile, like torch.compile)
 from fxkit import distributed  # noqa: E402  (fxkit.distributed, like torch.distributed; mpi4py loads on first use)
 from fxkit.interop import from_onnx, from_torch, load_torch_state_dict  # noqa: E402

@@ -39,7 +39,7 @@ from typing import NamedTuple
 from fxkit.backends.backend import get_backend
 from fxkit.backends.guards import InputNames, Signature, as_specs, input_key, spec_key, specs_of
 from fxkit.backends.weight_guard import WeightGuard
-from fxkit.errors import GraphError
+from fxkit.errors import GraphError, LoweringError
 from fxkit.graph import GraphModule, map_arg
 from fxkit.graph.interpreter import node_error
 from fxkit.runtime.autograd.autograd_meta import WRITES
@@ -128,6 +128,11 @@ class CompiledModule(Module):
         self.training = self._traced.training
         name = type(model).__name__ if isinstance(model, Module) else getattr(model, "__name__", "function")
         placeholders = [n for n in self._traced.graph.nodes if n.op == "placeholder"]
+        for node in placeholders:
+            if node.target.startswith("*"):
+                raise LoweringError(f"fxkit.compile({name}): the graph input {node.target} is not compiled (how "
+                                    f"many values or which keys it holds is not known ahead); give forward "
+                                    f"named arguments")
         required = sum(1 for n in placeholders if not n.args)
         self._inputs = InputNames([n.name for n in placeholders], required, f"compiled {name}")
         self._cache = {}

@@ -24,10 +24,12 @@ of the nodes it is given: it knows nothing of `fxkit.graph`.
 import ast
 import importlib
 import math
+import operator
 import types
 
 import fxkit.ops as _ops_module
 from fxkit.codegen.namespace import Namespace, is_plain_identifier
+from fxkit.codegen.signature import Signature
 from fxkit.errors import GraphError
 from fxkit.runtime.device import Device
 from fxkit.runtime.dtypes import DType
@@ -44,6 +46,9 @@ _BINARY = {"__add__": ast.Add, "__sub__": ast.Sub, "__mul__": ast.Mult, "__trued
 _COMPARE = {"__eq__": ast.Eq, "__ne__": ast.NotEq, "__lt__": ast.Lt, "__le__": ast.LtE,
             "__gt__": ast.Gt, "__ge__": ast.GtE}
 _UNARY = {"__neg__": ast.USub, "__invert__": ast.Invert}  # abs() is a builtin a node may shadow
+# operator.imul(a, b) and its kin, written ``a *= b`` as torch.fx writes them: the name ``a`` is rebound
+# (a call would leave it unchanged for immutable values such as ints).
+_AUGMENTED = {getattr(operator, "i" + dunder.strip("_")): symbol for dunder, symbol in _BINARY.items()}
 
 # Op -> how its two-argument (or one-argument) call is written as an operator.
 _OPERATOR_FORMS = {}
@@ -163,8 +168,7 @@ class _Emitter:
     # -- the function ------------------------------------------------------------
     def run(self):
         frees = self._frees_after()
-        params = [ast.arg(self.root, lineno=1, col_offset=0)]
-        defaults = []
+        variadic = Signature(ast.arg(self.root, lineno=1, col_offset=0))
         body = []
         made = []
         line = 1
@@ -172,16 +176,19 @@ class _Emitter:
         for node in self.nodes:
             op = node.op
             if op == "placeholder":
-                params.append(ast.arg(names[id(node)], lineno=1, col_offset=0))
-                if node.args:
-                    defaults.append(self.expr(node.args[0]))
-                elif defaults:
-                    raise GraphError(f"placeholder %{node.name} has no default but follows a placeholder "
-                                     f"with one; move it before them or give it a default")
+                variadic.place(node, ast.arg(names[id(node)], lineno=1, col_offset=0),
+                               self.expr(node.args[0]) if node.args else None)
                 continue
             line += 1
             self.pos = pos = {"lineno": line, "col_offset": 0}
-            if op == "call":
+            augmented = self._augmented(node) if op == "call" else None
+            if augmented is not None:
+                body.append(augmented)
+                made.append(node)
+                line += 1
+                self.pos = pos = {"lineno": line, "col_offset": 0}
+                value = ast.Name(names[id(node.args[0])], _LOAD, **pos)
+            elif op == "call":
                 value = self.call(node.target, node.args, node.kwargs)
             elif op == "get_attr":
                 value = self.attribute_chain(node.target)
@@ -202,10 +209,21 @@ class _Emitter:
                 made.append(None)
         if not body:
             body.append(ast.Pass(lineno=2, col_offset=0))
-        signature = ast.arguments(posonlyargs=[], args=params, vararg=None, kwonlyargs=[],
-                                  kw_defaults=[], kwarg=None, defaults=defaults)
+        signature = variadic.arguments()
         function = ast.FunctionDef("forward", signature, body, [], None, lineno=1, col_offset=0)
         return PythonCode(ast.Module([function], []), self.globals, made, self.one_line_each)
+
+    def _augmented(self, node):
+        """``a *= b`` for a call of operator.imul (or kin) on a node and a value, else None."""
+        target, args = node.target, node.args
+        if type(target) is not type(operator.imul) or node.kwargs or len(args) != 2 \
+                or id(args[0]) not in self.names:
+            return None
+        symbol = _AUGMENTED.get(target)
+        if symbol is None:
+            return None
+        return ast.AugAssign(ast.Name(self.names[id(args[0])], _STORE, **self.pos), symbol(), self.expr(args[1]),
+                             **self.pos)
 
     def _frees_after(self):
         """id(node) -> names whose last use is that node (freed right after it)."""

@@ -36,9 +36,11 @@ class Graph:
 
     Attributes:
         owning_module: the `GraphModule` whose code this graph is, or None.
+        _tracer_cls: the `Tracer` class that recorded the graph (None for one built by hand), kept by
+            copies, so code re-tracing a module can use the same leaf rules (torch.fx's name).
     """
 
-    def __init__(self, owning_module=None):
+    def __init__(self, owning_module=None, tracer_cls=None):
         root = Node.__new__(Node)
         root.graph, root._name, root._op, root._target = self, "", "root", None
         root._args, root._kwargs, root._inputs, root.users, root.meta = (), {}, {}, {}, {}
@@ -51,6 +53,7 @@ class Graph:
         self._insert_mode, self._insert_anchor = "before", root
         self._code_cache = None
         self.owning_module = owning_module
+        self._tracer_cls = tracer_cls
 
     @property
     def nodes(self):
@@ -87,8 +90,10 @@ class Graph:
         return node
 
     def placeholder(self, name, default=_NO_DEFAULT):
-        """A graph input called ``name``, optionally with a default value."""
-        return self.create_node("placeholder", name, () if default is _NO_DEFAULT else (default,), name=name)
+        """A graph input called ``name``, optionally with a default value; ``"*args"`` / ``"**kwargs"``
+        make the starred parameters of ``forward`` (the node is named without the stars)."""
+        return self.create_node("placeholder", name, () if default is _NO_DEFAULT else (default,),
+                                name=name.lstrip("*") if type(name) is str else name)
 
     def get_attr(self, qualname, name=None):
         """Read the owning module's attribute ``qualname`` (``"layer1.0.conv1.weight"``)."""
@@ -169,7 +174,7 @@ class Graph:
 
     def copy(self):
         """A new graph with copies of every node (names and meta kept)."""
-        new = Graph()
+        new = Graph(tracer_cls=self._tracer_cls)
         env = {}
         for node in self.nodes:
             env[node] = new.node_copy(node, env.__getitem__)
@@ -280,10 +285,10 @@ class Graph:
 
         records = [(n.name, n.op, n.target, map_arg(n.args, ref), map_arg(n.kwargs, ref), n.meta)
                    for n in self.nodes]
-        return {"nodes": records}
+        return {"nodes": records, "tracer_cls": self._tracer_cls}
 
     def __setstate__(self, state):
-        self.__init__()
+        self.__init__(tracer_cls=state.get("tracer_cls"))
         made = []
 
         def deref(value):
@@ -389,4 +394,6 @@ def _candidate_name(op, target):
         return target if op == "placeholder" else snake_case(target)
     if isinstance(target, Op):
         return target.name
-    return getattr(target, "__name__", None) or type(target).__name__
+    # NOTE: a class called as a function (``CustomArgObject(x, y)``) names its node custom_arg_object,
+    # as torch.fx does, so the node never shadows the class's global in generated code.
+    return snake_case(getattr(target, "__name__", None) or type(target).__name__)

@@ -16,11 +16,13 @@ Example:
 import ast
 import itertools
 import linecache
+import os
 import types
 import weakref
 
 from fxkit.errors import GraphError
 from fxkit.graph.attributes import assign_attr
+from fxkit.graph.call_errors import note_generated_frame
 from fxkit.graph.display import module_html
 from fxkit.graph.draw import to_svg
 from fxkit.graph.float_dtype import module_float_dtype, retarget_float_dtype
@@ -32,7 +34,7 @@ from fxkit.runtime.nn.module import Module, _parse_to_args
 _FILE_NUMBERS = itertools.count()
 _GENERATED_CLASS = "_fxkit_generated_class"
 # What a GraphModule keeps in its __dict__ besides Module's own fields.
-_STATE = frozenset({"_graph", "_python_code", "_code_version", "_linecache_key", "_finalizer"})
+_STATE = frozenset({"_graph", "_python_code", "_code_version", "_linecache_key", "_finalizer", "meta"})
 
 
 class _Forward:
@@ -62,9 +64,18 @@ class GraphModule(Module):
     Attributes:
         graph: the graph; assigning a new one regenerates the code lazily.
         code: the generated ``forward`` source.
+        meta: a dict for passes' annotations of the whole module (``copy.deepcopy`` copies it).
     """
 
     forward = _Forward()
+
+    def __call__(self, *args, **kwargs):
+        try:
+            # NOTE: through Module.__call__, which a running trace patches to see submodule calls.
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            note_generated_frame(self, exc)
+            raise
 
     def __new__(cls, *args, **kwargs):
         # Each instance gets its own class, so its forward is a class attribute.
@@ -97,6 +108,7 @@ class GraphModule(Module):
                     assign_attr(self, node.target, root[node.target])
         else:
             raise GraphError(f"GraphModule: root must be an fxkit.nn.Module or a dict, got {type(root).__name__}")
+        self.__dict__["meta"] = {}  # the module's own annotations (torch.fx's GraphModule.meta); copies keep them
         self.__dict__["_linecache_key"] = None
         self.graph = graph
         self.recompile()
@@ -134,7 +146,7 @@ class GraphModule(Module):
         graph = d["_graph"]
         cls = type(self)
         code = graph.python_code(root="self")
-        filename = f"<fxkit-generated {cls.__name__} #{next(_FILE_NUMBERS)}>.py"
+        filename = f"<fxkit-generated {cls.__name__} #{next(_FILE_NUMBERS)}{_traced_from(graph)}>.py"
         namespace = dict(code.globals)  # the code may be shared: the graph caches it
         exec(code.compile(filename), namespace)
         forward = namespace["forward"]
@@ -266,7 +278,17 @@ class GraphModule(Module):
         # By graph and state, never by the generated function: it is regenerated on load.
         state = {k: v for k, v in self.__dict__.items()
                  if k not in ("_python_code", "_code_version", "_linecache_key", "_finalizer")}
-        return (_rebuild, (_base_class(type(self)), type(self).__name__, state))
+        # NOTE: the state comes third, so copy.deepcopy memoises the new module before copying the
+        # state, and a meta entry referring back to the module copies without recursing.
+        return (_empty_graph_module, (_base_class(type(self)), type(self).__name__), state)
+
+    def __setstate__(self, state):
+        state = dict(state)
+        graph = state.pop("_graph")
+        self.__dict__.update(state)
+        self.__dict__["_linecache_key"] = None
+        self.graph = graph
+        self.recompile()
 
     def __str__(self):
         return f"{super().__repr__()}\n\n{self.code}"
@@ -300,20 +322,25 @@ def _module_fields(cache=[]):  # noqa: B006  (computed once, on first use)
     return cache[0]
 
 
-def _rebuild(base, class_name, state):
+def _empty_graph_module(base, class_name):
     gm = base.__new__(base)
     type(gm).__name__ = type(gm).__qualname__ = class_name
-    graph = state.pop("_graph")
-    gm.__dict__.update(state)
-    gm.__dict__["_linecache_key"] = None
-    gm.graph = graph
-    gm.recompile()
     return gm
 
 
 def _base_class(cls):
     """The first class of ``cls``'s MRO that is no per-instance generated class."""
     return next(klass for klass in cls.__mro__ if not klass.__dict__.get(_GENERATED_CLASS, False))
+
+
+def _traced_from(graph):
+    """`` from model.py``: the file the graph's first traced node came from (torch.fx names the generated
+    code's file after it too), or ``""``."""
+    for node in graph.nodes:
+        stack = node.meta.get("stack")
+        if stack is not None and getattr(stack, "filename", None):
+            return f" from {os.path.basename(stack.filename)}"
+    return ""
 
 
 def _forget_source(filename):

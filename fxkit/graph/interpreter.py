@@ -70,15 +70,18 @@ class Interpreter:
     def args_iter(self, value):
         self._run_state.args_iter = value
 
-    def run(self, *args, initial_env=None):
+    def run(self, *args, initial_env=None, **kwargs):
         """Run the graph on ``args`` (one per placeholder) and return its output.
 
         Args:
             *args: the graph inputs, in placeholder order (missing ones use defaults).
             initial_env: node -> value of nodes to take as already computed.
+            **kwargs: graph inputs by placeholder name (those after a ``*args`` placeholder, and
+                what a ``**kwargs`` placeholder collects).
         """
         self.env = dict(initial_env) if initial_env else {}
         self.args_iter = iter(args)
+        self._run_state.kwargs = dict(kwargs)
         env = self.env
         frees = self._frees
         for node in self.graph.nodes:
@@ -113,7 +116,18 @@ class Interpreter:
 
     # -- the four opcodes ------------------------------------------------------------
     def placeholder(self, target, args, kwargs):
-        """The next positional input, or the placeholder's default."""
+        """The next positional input, or the placeholder's default; for a ``*args`` placeholder the
+        remaining positional inputs as a tuple, for a ``**kwargs`` one the keyword inputs no placeholder
+        took; an input given to ``run`` by keyword goes to the placeholder of that name."""
+        keywords = self._run_state.kwargs
+        if target.startswith("**"):
+            rest = dict(keywords)
+            keywords.clear()
+            return rest
+        if target.startswith("*"):
+            return tuple(self.args_iter)
+        if target in keywords:
+            return keywords.pop(target)
         try:
             return next(self.args_iter)
         except StopIteration:
@@ -150,6 +164,7 @@ class _RunState(threading.local):
     def __init__(self):
         self.env = {}
         self.args_iter = iter(())
+        self.kwargs = {}
 
 
 def node_error(node, exc):

@@ -224,6 +224,12 @@ class Node:
         args[index] = value
         self.args = args
 
+    def insert_arg(self, index, value):
+        """Insert ``value`` at position ``index`` of the positional arguments (list.insert's rule)."""
+        args = list(self._args)
+        args.insert(index, value)
+        self.args = args
+
     def update_kwarg(self, key, value):
         """Set keyword argument ``key`` to ``value``."""
         kwargs = dict(self._kwargs)
@@ -361,15 +367,26 @@ def format_arg(value, depth=0):
 
 
 def format_target(node):
-    """``add`` for an op, ``self.layer1.0`` for a submodule, a function's qualified name."""
+    """``add`` for an op, ``self.layer1.0`` for a submodule, a function's qualified name
+    (``operator.add``, ``builtins.getattr`` for Python's own, as torch.fx prints them)."""
     target = node._target
     if node._op == "call":
         if isinstance(target, Op):
             return target.name
         if type(target) is str:
             return "self." + _format_path(target)
-        return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+        if name is None:
+            return repr(target)
+        # operator.add and builtins.getattr would otherwise read like the registry's add and getattr ops.
+        module = _PLAIN_MODULES.get(getattr(target, "__module__", None))
+        return f"{module}.{name}" if module else name
+    if node._op == "placeholder" and type(target) is str and target.lstrip("*").isidentifier():
+        return target  # ``*args`` / ``**kwargs`` as the signature spells them
     return _format_path(target) if type(target) is str else repr(target)
+
+
+_PLAIN_MODULES = {"builtins": "builtins", "_operator": "operator", "operator": "operator"}
 
 
 def format_operation(node):

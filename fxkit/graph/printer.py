@@ -32,7 +32,8 @@ def format_type(meta):
 def format_graph(graph):
     """The whole graph as text, columns aligned."""
     nodes = list(graph.nodes)
-    params = ", ".join(n.name for n in nodes if n.op == "placeholder")
+    params = ", ".join(n.target[:len(n.target) - len(n.target.lstrip("*"))] + n.name
+                       for n in nodes if n.op == "placeholder")
     lines = [f"graph({params}):"]
     shown = [("%" + n.name, format_type(n.meta)) for n in nodes if n.op != "output"]
     width = max((len(name) for name, _ in shown), default=0)

@@ -127,6 +127,12 @@ class Op:
             self._signature = inspect.Signature(list(inspect.signature(self.impl).parameters.values())[1:])
         return self._signature
 
+    @property
+    def __signature__(self):
+        # NOTE: inspect.signature(op) would otherwise follow __wrapped__ to the impl and show its ``xp``;
+        # symbolic_trace(F.relu) makes one placeholder per parameter of this.
+        return self.signature
+
     def bind(self, args, kwargs):
         """``{parameter: value}`` of the call ``op(*args, **kwargs)``, defaults filled in.
 

@@ -103,12 +103,12 @@ class Proxy(NodeValue):
 
     @property
     def dtype(self):
-        """``x.dtype`` records ``call[getattr](x, 'dtype')``."""
+        """``x.dtype`` records ``call[builtins.getattr](x, 'dtype')``."""
         return self.tracer.create_proxy("call", getattr, (self, "dtype"), {})
 
     @property
     def device(self):
-        """``x.device`` records ``call[getattr](x, 'device')``."""
+        """``x.device`` records ``call[builtins.getattr](x, 'device')``."""
         return self.tracer.create_proxy("call", getattr, (self, "device"), {})
 
     def cpu(self):

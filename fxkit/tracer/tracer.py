@@ -13,6 +13,8 @@ Example:
     >>> print(gm.graph)
     >>> gm(x)        # equals model(x)
 """
+import copy
+import dataclasses
 import inspect
 import math
 
@@ -31,10 +33,13 @@ from fxkit.tracer.autowrap import autowrap_table
 from fxkit.tracer.proxy import Proxy, trace_error
 from fxkit.tracer.specialize import check_specialized, guardable
 from fxkit.tracer.stack import user_location
+from fxkit.tracer.variadic import flatten_variadic
 
 _ATOMS = (int, float, bool, str, type(None), complex, type(Ellipsis), DType, Device, Op)
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 _BUILTIN_PREFIXES = ("fxkit.runtime.nn", "fxkit.nn")
+# NOTE: what Tracer.__deepcopy__ shares: modules cannot be copied, and globals must not be.
+_SHARED_ON_COPY = frozenset({"_autowrap_modules", "_autowrap_table", "_fn_globals"})
 
 
 class Tracer:
@@ -53,6 +58,9 @@ class Tracer:
     guard_concrete_args = True
     """Whether ``concrete_args`` get a `check_specialized` guard node (tracers of bodies that
     are analysed but never run turn it off)."""
+
+    traced_func_name = "forward"
+    """The method of a root module that is traced (torch.fx's attribute of the same name)."""
 
     def __init__(self, autowrap_modules=(math,), autowrap_functions=()):
         """
@@ -73,6 +81,15 @@ class Tracer:
         self._attr_proxies = {}
         self._arrays = {}
         self._constants = []
+
+    def __deepcopy__(self, memo):
+        """``copy.deepcopy`` (of a `Proxy` holding this tracer): Python modules and the traced
+        function's globals are shared, not copied (modules cannot be); the rest is copied."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = value if key in _SHARED_ON_COPY else copy.deepcopy(value, memo)
+        return new
 
     # -- what stays one node ---------------------------------------------------------
     def is_leaf_module(self, module, qualname):
@@ -143,6 +160,13 @@ class Tracer:
         if isinstance(a, nn.Module):
             raise trace_error(f"a module ({t.__name__}) was passed as an argument to a traced call; "
                               f"call the module instead of passing it around")
+        hook = getattr(t, "__fx_create_arg__", None)
+        if hook is not None:  # torch.fx's protocol: the object records how to rebuild itself
+            return hook(a, self)
+        if dataclasses.is_dataclass(a) and not isinstance(a, type):
+            # As torch.fx: a dataclass (possibly holding traced values) is rebuilt by a call of its class.
+            fields = {f.name: self.create_arg(getattr(a, f.name)) for f in dataclasses.fields(a) if f.init}
+            return self.create_node("call", t, (), fields)
         return a
 
     # -- tensors of the module ---------------------------------------------------------
@@ -199,12 +223,16 @@ class Tracer:
         if isinstance(root, nn.Module):
             if isinstance(root, GraphModule):
                 root.code  # noqa: B018  (regenerates a stale forward: the class attribute cannot)
-            self.root, fn, skip = root, type(root).forward, 1
+            fn = getattr(type(root), self.traced_func_name, None)
+            if not callable(fn):
+                raise TraceError(f"symbolic_trace: traced_func_name={self.traced_func_name!r} doesn't exist in "
+                                 f"{type(root).__name__}; set Tracer.traced_func_name to one of its methods")
+            self.root, skip = root, 1
         elif callable(root):
             self.root, fn, skip = nn.Module(), root, 0
         else:
             raise TraceError(f"symbolic_trace: expected an fxkit.nn.Module or a function, got {type(root).__name__}")
-        self.graph = Graph()
+        self.graph = Graph(tracer_cls=type(self))
         self._fn_globals = getattr(fn, "__globals__", {})
         self._index_module_tree()
         self._attr_proxies = {}
@@ -213,6 +241,7 @@ class Tracer:
         args, kwargs = self._placeholders(fn, skip, dict(concrete_args or {}))
         if skip:
             args.insert(0, self.root)
+        fn, args, kwargs = flatten_variadic(fn, args, kwargs)
         with patched(self):
             ACTIVE.append(self)
             try:
@@ -245,7 +274,11 @@ class Tracer:
 
     def _placeholders(self, fn, skip, concrete_args):
         """One placeholder per argument of ``fn`` (after ``self``); the values to call it with."""
-        params = list(inspect.signature(fn).parameters.values())[skip:]
+        params = list(inspect.signature(fn).parameters.values())
+        if skip and params and params[0].kind in (params[0].VAR_POSITIONAL, params[0].VAR_KEYWORD):
+            raise TraceError(f"symbolic_trace: {fn.__qualname__} has no self parameter: self cannot be part of "
+                             f"*args expansion; write forward(self, ...)")
+        params = params[skip:]
         unknown = set(concrete_args) - {p.name for p in params}
         if unknown:
             raise TraceError(f"symbolic_trace: concrete_args names {sorted(unknown)}, which "
@@ -254,8 +287,14 @@ class Tracer:
         guards = []
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TraceError(f"symbolic_trace: {fn.__qualname__} takes {'*' if p.kind == p.VAR_POSITIONAL else '**'}"
-                                 f"{p.name}; give forward named arguments (a nested tuple/dict argument is fine)")
+                # torch.fx's rule: one placeholder stands for all of them, its target says which.
+                stars = "*" if p.kind == p.VAR_POSITIONAL else "**"
+                if p.name in concrete_args:
+                    raise TraceError(f"symbolic_trace: concrete_args fixes {stars}{p.name} of {fn.__qualname__}; "
+                                     f"only named arguments can be fixed")
+                kwargs[stars + p.name] = self.proxy(self.create_node("placeholder", stars + p.name, (), {},
+                                                                     name=p.name))
+                continue
             if p.name in concrete_args:
                 value = concrete_args[p.name]
                 node = self.create_node("placeholder", p.name, (value,), {}, name=p.name)

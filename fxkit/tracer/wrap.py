@@ -11,7 +11,7 @@ tensors. Two spellings, as in torch.fx:
     fxkit.wrap("clip_rows")       # at a module's top level: that module's global
                                   # ``clip_rows`` is patched while a trace runs
     fxkit.wrap("len")             # builtins too: ``len(x)`` in that module records
-                                  # ``call[len](%x)``
+                                  # ``call[builtins.len](%x)``
 """
 import builtins
 import functools

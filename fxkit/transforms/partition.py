@@ -31,7 +31,7 @@ import itertools
 
 from fxkit.graph import Graph, GraphModule, fetch_attr, map_arg
 # NOTE: split_module's scheduling and child construction are the same problem; they are shared.
-from fxkit.transforms.split_module import _call_child, _child, _partition_order
+from fxkit.transforms.split_plan import build_child, call_child, partition_order
 
 
 def partition_by_support(gm, is_supported, prefix="supported_"):
@@ -122,7 +122,7 @@ def _build(gm, nodes, position, groups, prefix):
             key = ("partition", pid) if pid is not None else ("node", node.name)
             key_of[node] = key
             first_seen.setdefault(key, position[node])
-    order = _partition_order(gm.graph, key_of, first_seen)
+    order = partition_order(gm.graph, key_of, first_seen)
     members = {("partition", pid): sorted(m, key=position.__getitem__) for pid, m in groups.members.items()}
     by_name = {node.name: node for node in nodes}
     graph = Graph()
@@ -146,9 +146,9 @@ def _build(gm, nodes, position, groups, prefix):
         inputs = {u: None for n in inside for u in n.all_input_nodes if u not in in_set}
         outputs = [n for n in inside if any(u not in in_set for u in n.users)]
         inputs = sorted(inputs, key=position.__getitem__)
-        child = _child(gm, body, inputs, outputs, f"{type(gm).__name__}_{name}")
+        child = build_child(gm, body, inputs, outputs, f"{type(gm).__name__}_{name}")
         children[name] = child
-        call = _call_child(graph, name, tuple(value[u] for u in inputs), outputs, value)
+        call = call_child(graph, name, tuple(value[u] for u in inputs), outputs, value)
         if len(outputs) == 1:
             call.meta.update({k: v for k, v in outputs[0].meta.items() if k != "partition"})
         call.meta["partition"] = len(children) - 1

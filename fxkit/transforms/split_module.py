@@ -24,17 +24,19 @@ Example::
         %submod_1 = call[self.submod_1](%submod_0)  %linear_1 = call[self.b](%relu)
         return (%submod_1, %submod_0)               return %linear_1
 """
-import copy
-
 from fxkit.errors import GraphError
 from fxkit.graph import Graph, GraphModule, fetch_attr, map_arg
-from fxkit.runtime.registry import get_op
+from fxkit.runtime.nn import Module
+from fxkit.transforms.split_plan import SplitPlan, build_child, call_child
 
-_GETITEM = get_op("getitem")
 
-
-def split_module(gm, partition_fn, prefix="submod_"):
+def split_module(gm, *args, **kwargs):
     """Split ``gm`` into one child `GraphModule` per partition, called in order by a parent.
+
+    Two calling conventions: fxkit's ``split_module(gm, partition_fn, prefix="submod_")``, and
+    torch.fx's ``split_module(m, root_m, split_callback, qualname_map=None, ...)`` (recognised
+    by a module or None in second place, or by ``root_m=``/``split_callback=``), which
+    `split_module_torch` documents.
 
     Args:
         gm: the module to split (left unchanged).
@@ -58,145 +60,107 @@ def split_module(gm, partition_fn, prefix="submod_"):
         >>> parent = split_module(gm, lambda node: 0 if node.name < "m" else 1)
         >>> parent(x)   # equals gm(x)
     """
-    plan = _Plan(gm, partition_fn)
-    children = {}
-    parent_graph = Graph()
-    value = {}  # original node -> the parent node holding its value
-    for node in gm.graph.nodes:
-        if node.op == "placeholder" or (node.op == "get_attr" and plan.owner[node] is None):
-            value[node] = parent_graph.node_copy(node)
-    for index, key in enumerate(plan.order):
-        name = f"{prefix}{index}"
-        inputs, outputs = plan.inputs[key], plan.outputs[key]
-        children[name] = _child(gm, plan.members[key], inputs, outputs, f"{type(gm).__name__}_{name}")
-        call = _call_child(parent_graph, name, tuple(value[v] for v in inputs), outputs, value)
-        call.meta["partition"] = key
-    output = gm.graph.output_node()
-    parent_graph.output(map_arg(output.args[0], value.__getitem__) if output.args else None)
-    _check_parameters_once(children)
-    root = dict(children)
-    for node in gm.graph.nodes:
-        if node.op == "get_attr" and plan.owner[node] is None:
-            root[node.target] = fetch_attr(gm, node.target)
-    parent = GraphModule(root, parent_graph, f"{type(gm).__name__}Split")
-    parent.training = gm.training
+    if "root_m" in kwargs or "split_callback" in kwargs or (args and (args[0] is None or isinstance(args[0], Module))):
+        return split_module_torch(gm, *args, **kwargs)
+    return _split_owned(gm, *args, **kwargs)
+
+
+def split_module_torch(m, root_m, split_callback, qualname_map=None, keep_original_order=False,
+                       keep_original_node_name=False, keep_original_input_name=True, tuple_return=False):
+    """torch.fx's ``split_module`` calling convention and semantics.
+
+    Where it differs from fxkit's form: children are named ``submod_<key>`` after
+    the callback's key; every ``get_attr`` stays in the parent and is passed to
+    the children reading it; a submodule called from several partitions is
+    shared by them (the same object, under the flat name ``a_b`` for ``a.b``);
+    a child's inputs come in the order its nodes first read them.
+
+    Args:
+        m: the module to split (left unchanged).
+        root_m: accepted for torch.fx's signature (an `nn.Module` or None); torch.fx
+            does not use it either: targets are looked up in ``m``.
+        split_callback: ``node -> key`` for every ``call`` node.
+        qualname_map: a dict filled with ``{"submod_<key>.<name in child>": qualified name in m}``
+            for every submodule a child calls.
+        keep_original_order, keep_original_node_name: accepted for torch.fx's
+            signature; fxkit always keeps node names, and runs the partitions in
+            order of first appearance whenever that order respects the data flow.
+        keep_original_input_name: False names each child's inputs ``arg_0``, ``arg_1``, ...
+        tuple_return: every child returns a tuple, even of one value.
+
+    Example:
+        >>> qualname_map = {}
+        >>> parent = split_module(traced, model, lambda node: 0 if node.name < "m" else 1, qualname_map)
+    """
+    if root_m is not None and not isinstance(root_m, Module):
+        raise GraphError(f"split_module: root_m must be an fxkit.nn.Module or None, got {type(root_m).__name__}; "
+                         f"fxkit's own form is split_module(gm, partition_fn)")
+    for flag, value in (("keep_original_order", keep_original_order),
+                        ("keep_original_node_name", keep_original_node_name),
+                        ("keep_original_input_name", keep_original_input_name), ("tuple_return", tuple_return)):
+        if type(value) is not bool:
+            raise GraphError(f"split_module: {flag} must be True or False, got {value!r}")
+    plan = SplitPlan(m, split_callback, attrs_in_parent=True, inputs_in_use_order=True)
+
+    def child(key, inputs, outputs):
+        name = f"submod_{key}"
+        shared = {}
+        # A submodule read as a value (get_attr) is read inside the child, as torch.fx's newer versions do.
+        modules = [u for u in inputs if u.op == "get_attr" and isinstance(fetch_attr(m, u.target), Module)]
+        inputs = [u for u in inputs if u not in modules]
+        names = None if keep_original_input_name else [f"arg_{i}" for i in range(len(inputs))]
+        built = build_child(m, plan.members[key], inputs, outputs, f"{type(m).__name__}_{name}", names, shared,
+                            tuple_return, modules)
+        if qualname_map is not None:
+            qualname_map.update({f"{name}.{local}": qualname for local, qualname in shared.items()})
+        return name, built, inputs
+
+    return _assemble(m, plan, child, tuple_return)
+
+
+def _split_owned(gm, partition_fn, prefix="submod_"):
+    """fxkit's form of `split_module`: each child owns the parameters it reads."""
+    plan = SplitPlan(gm, partition_fn)
+    names = {key: f"{prefix}{index}" for index, key in enumerate(plan.order)}
+
+    def child(key, inputs, outputs):
+        name = names[key]
+        return name, build_child(gm, plan.members[key], inputs, outputs, f"{type(gm).__name__}_{name}"), inputs
+
+    parent = _assemble(gm, plan, child)
+    _check_parameters_once({name: parent.get_submodule(name) for name in names.values()})
     return parent
 
 
-class _Plan:
-    """Which partition each node is in, the order of partitions, and what crosses between them."""
+def _assemble(gm, plan, make_child, tuple_return=False):
+    """The parent: ``gm``'s placeholders, then a call of each child in order.
 
-    def __init__(self, gm, partition_fn):
-        graph = gm.graph
-        self.key = {}
-        seen = {}
-        for node in graph.nodes:
-            if node.op == "call":
-                key = partition_fn(node)
-                if key is None:
-                    raise GraphError(f"split_module: partition_fn returned None for {node.format_node()}; "
-                                     f"it must give every call node a partition key")
-                self.key[node] = key
-                seen.setdefault(key, len(seen))
-        self.order = _partition_order(graph, self.key, seen)
-        rank = {key: i for i, key in enumerate(self.order)}
-        self.owner = {}
-        for node in graph.nodes:
-            if node.op == "call":
-                self.owner[node] = self.key[node]
-            elif node.op == "get_attr":
-                readers = [self.key[u] for u in node.users if u.op == "call"]
-                self.owner[node] = min(readers, key=rank.__getitem__) if readers else None
-            else:
-                self.owner[node] = None
-        self.members = {key: [] for key in self.order}
-        self.inputs = {key: {} for key in self.order}
-        self.outputs = {key: {} for key in self.order}
-        for node in graph.nodes:
-            mine = self.owner[node]
-            if mine is not None:
-                self.members[mine].append(node)
-            for used in node.all_input_nodes:
-                theirs = self.owner[used]
-                if theirs == mine and mine is not None:
-                    continue
-                if mine is not None:
-                    self.inputs[mine][used] = None
-                if theirs is not None:
-                    self.outputs[theirs][used] = None
-        # Inputs and outputs in graph order, so a child's signature reads like the code it came from.
-        position = {node: i for i, node in enumerate(graph.nodes)}
-        for key in self.order:
-            self.inputs[key] = sorted(self.inputs[key], key=position.__getitem__)
-            self.outputs[key] = sorted(self.outputs[key], key=position.__getitem__)
+    ``make_child(key, inputs, outputs)`` gives ``(name, child, the inputs it is called with)``;
+    an unowned ``get_attr`` is copied into the parent where a child call or the output first reads it.
+    """
+    parent_graph = Graph()
+    value = {}  # original node -> the parent node holding its value
+    root = {}
 
+    def read(node):
+        if node not in value:  # an unowned get_attr
+            value[node] = parent_graph.node_copy(node)
+            root[node.target] = fetch_attr(gm, node.target)
+        return value[node]
 
-def _partition_order(graph, key_of, first_seen):
-    """Partitions in an order where each runs after those it reads from."""
-    needs = {key: {} for key in first_seen}
-    example = {}
-    for node, key in key_of.items():
-        for used in node.all_input_nodes:
-            other = key_of.get(used)
-            if other is not None and other != key:
-                needs[key][other] = None
-                example.setdefault((other, key), (used, node))
-    order, done = [], set()
-    while len(order) < len(needs):
-        ready = [k for k in needs if k not in done and all(d in done for d in needs[k])]
-        if not ready:
-            raise _cycle_error(needs, example, done)
-        nxt = min(ready, key=first_seen.__getitem__)
-        order.append(nxt)
-        done.add(nxt)
-    return order
-
-
-def _cycle_error(needs, example, done):
-    """Every partition left waits on another one left: follow the waits round the cycle."""
-    path = [next(k for k in needs if k not in done)]
-    while True:
-        waits_on = next(d for d in needs[path[-1]] if d not in done)
-        if waits_on in path:
-            cycle = path[path.index(waits_on):] + [waits_on]
-            break
-        path.append(waits_on)
-    reads = []
-    for reader, source in zip(cycle, cycle[1:]):
-        used, node = example[(source, reader)]
-        reads.append(f"{node.format_node()} (partition {reader!r}) reads %{used.name} (partition {source!r})")
-    return GraphError(f"split_module: partitions {' -> '.join(repr(k) for k in cycle)} wait on each other in "
-                      f"a cycle, so no order can run them: " + "; ".join(reads)
-                      + "; give nodes partition keys that follow the data flow")
-
-
-def _call_child(graph, name, args, outputs, value):
-    """Call child ``name`` in ``graph`` and bind each of ``outputs`` (nodes of the original graph) in
-    ``value``: to the call itself when it computes one value, else to a ``getitem`` pick of it
-    named after the original node and carrying its meta."""
-    call = graph.call(name, args, name=name)
-    if len(outputs) == 1:
-        value[outputs[0]] = call
-        return call
-    for i, out in enumerate(outputs):
-        picked = graph.call(_GETITEM, (call, i), name=out.name)
-        picked.meta = copy.copy(out.meta)
-        value[out] = picked
-    return call
-
-
-def _child(gm, members, inputs, outputs, class_name):
-    graph = Graph()
-    env = {}
-    for used in inputs:
-        placeholder = graph.placeholder(used.name)
-        placeholder.meta = copy.copy(used.meta)
-        env[used] = placeholder
-    for node in members:
-        env[node] = graph.node_copy(node, env.__getitem__)
-    results = [env[o] for o in outputs]
-    graph.output(results[0] if len(results) == 1 else (tuple(results) if results else None))
-    return GraphModule(gm, graph, class_name)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value[node] = parent_graph.node_copy(node)
+    for key in plan.order:
+        name, root[name], inputs = make_child(key, plan.inputs[key], plan.outputs[key])
+        outputs = plan.outputs[key]
+        call = call_child(parent_graph, name, tuple(read(v) for v in inputs), outputs, value, tuple_return)
+        call.meta["partition"] = key
+    output = gm.graph.output_node()
+    parent_graph.output(map_arg(output.args[0], read) if output.args else None)
+    parent = GraphModule(root, parent_graph, f"{type(gm).__name__}Split")
+    parent.training = gm.training
+    return parent
 
 
 def _check_parameters_once(children):

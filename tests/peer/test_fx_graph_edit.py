@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pytest
 
 import fxkit
-from fxkit import GraphError, GraphModule, Tracer, TraceError, nn, ops, symbolic_trace
+from fxkit import GraphError, GraphModule, Tracer, nn, ops, symbolic_trace
 from fxkit.graph import Graph
 from fxkit.graph.immutable import ImmutableDict, ImmutableList
 from fxkit.tracer import Proxy

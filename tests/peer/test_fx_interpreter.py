@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import fxkit
-from fxkit import GraphModule, Interpreter, Transformer, TraceError, nn, ops, symbolic_trace
+from fxkit import GraphModule, Interpreter, Transformer, nn, ops, symbolic_trace
 from fxkit.graph import Graph
 from tests.peer.helpers import assert_close, assert_equal, randn
 
@@ -90,9 +90,10 @@ def test_interpreter_star_args():
     def with_star_args(x, *args):
         return x + args[0]
 
-    # Deviation (DESIGN.md): *args in the traced function is refused, naming the way out.
-    with pytest.raises(TraceError, match=r"takes \*args; give forward named arguments"):
-        symbolic_trace(with_star_args)
+    gm = symbolic_trace(with_star_args)
+    interp = Interpreter(gm)
+    result = interp.run(fxkit.ones(3, 4), fxkit.ones(3, 4), fxkit.rand(3, 4))
+    assert_equal(result, fxkit.full((3, 4), 2.0))
 
 
 @pytest.mark.slow

@@ -308,3 +308,10 @@ def test_dropout_keeps_bfloat16(rng):
         kept = out.numpy() != 0
         assert 0 < kept.mean() < 1
         np.testing.assert_array_equal(out.numpy()[kept], (x.numpy() * BF16.type(2.0))[kept])
+
+
+def test_bfloat16_parameters_require_grad():
+    # torch.nn.Conv2d(..., dtype=torch.bfloat16) has bfloat16 parameters that require gradients;
+    # ml_dtypes' bfloat16 is no numpy float kind, which must not make fxkit refuse them.
+    conv = fxkit.nn.Conv2d(3, 4, 3, dtype=fxkit.bfloat16)
+    assert conv.weight.dtype is fxkit.bfloat16 and conv.weight.requires_grad

@@ -30,7 +30,7 @@ graph(x):
     %getitem_2 : f32[5, 3]              = call[getitem](%chunk, 1)
     %mul       : f32[5, 3]              = call[mul](%getitem_1, %getitem_2)
     %max       : (f32[5], i64[5])       = call[max](%mul, 1)
-    %getattr_1 : f32[5]                 = call[getattr](%max, 'values')
+    %getattr_1 : f32[5]                 = call[builtins.getattr](%max, 'values')
     %view      : f32[5, 1]              = call[view](%getattr_1, %getitem, 1)
-    %getattr_2 : i64[5]                 = call[getattr](%max, 'indices')
+    %getattr_2 : i64[5]                 = call[builtins.getattr](%max, 'indices')
     return (%view, %getattr_2)"""

@@ -165,3 +165,39 @@ def test_graph_inputs_with_defaults_and_dict_outputs_survive():
     x = fxkit.from_numpy(np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32))
     assert_same(parent(x), gm(x))
     assert_same(parent(x, 3.0), gm(x, 3.0))
+
+
+# -- torch.fx's calling convention: split_module(m, root_m, split_callback, ...) ------------------------
+def test_torch_form_shares_a_module_called_from_two_partitions_and_maps_its_names():
+    model = SharedLayer()
+    gm = fxkit.symbolic_trace(model)
+    calls = [n for n in gm.graph.nodes if n.op == "call"]
+    qualname_map = {}
+    parent = split_module(gm, model, lambda n: 5 if n is calls[0] else 7, qualname_map)
+    x = fxkit.randn(3, 4)
+    assert_same(parent(x), model(x))
+    assert [name for name, _ in parent.named_children()] == ["submod_5", "submod_7"]
+    assert parent.submod_5.fc is parent.submod_7.fc is model.fc
+    assert qualname_map == {"submod_5.fc": "fc", "submod_7.fc": "fc"}
+
+
+def test_torch_form_flattens_dotted_module_paths_and_keeps_get_attrs_in_the_parent():
+    model, inputs = zoo_model("resnet18")
+    gm = fxkit.symbolic_trace(model)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    half = len(order) // 2
+    qualname_map = {}
+    parent = split_module(gm, None, lambda n: int(order[n] >= half), qualname_map=qualname_map, tuple_return=True)
+    assert_same(parent(*inputs), model(*inputs))
+    assert qualname_map["submod_0.layer1_0_conv1"] == "layer1.0.conv1"
+    for _, child in parent.named_children():
+        assert not list(child.graph.find_nodes(op="get_attr"))
+        assert isinstance(child.graph.output_node().args[0], tuple)
+
+
+def test_torch_form_refuses_a_root_that_is_no_module_and_flags_that_are_no_bools():
+    gm = fxkit.symbolic_trace(Skip())
+    with pytest.raises(GraphError, match=r"root_m must be an fxkit.nn.Module or None, got str"):
+        split_module(gm, root_m="model", split_callback=lambda n: 0)
+    with pytest.raises(GraphError, match=r"tuple_return must be True or False, got 1"):
+        split_module(gm, None, lambda n: 0, tuple_return=1)

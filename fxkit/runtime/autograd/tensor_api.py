@@ -17,7 +17,7 @@ def set_requires_grad(tensor, requires_grad):
         raise AutogradError("requires_grad: you can only change the requires_grad flag of leaf tensors; this one "
                             f"was computed by {meta.grad_fn.op.name}. Use y = x.detach() for a copy outside the "
                             f"graph")
-    if requires_grad and tensor._data.dtype.kind != "f":
+    if requires_grad and not tensor.dtype.is_floating_point:
         raise DTypeError(f"requires_grad: only tensors of floating point dtype can require gradients, got "
                          f"{tensor.dtype.name}; cast with .float() first")
     if meta is None:
