@@ -36,12 +36,17 @@ def _reference(module, x):
     return x.numpy().astype(np.float64) @ (2 * w).T + np.exp(b)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_folded_constants_follow_optimizer_steps(backend):
+def _compiled_folded(backend):
+    """``(model, x, compiled model)`` of a fresh `Folded`."""
     fxkit.manual_seed(0)
     model = Folded()
     x = fxkit.randn(3, 4)
-    compiled = fxkit.compile(model, backend=backend, example_inputs=[x])
+    return model, x, fxkit.compile(model, backend=backend, example_inputs=[x])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_folded_constants_follow_optimizer_steps(backend):
+    model, x, compiled = _compiled_folded(backend)
     assert compiled.graph_module.folded_constants, "the test needs folded constants"
     opt = SGD(model.parameters(), lr=0.1)
     for _ in range(3):
@@ -54,10 +59,7 @@ def test_folded_constants_follow_optimizer_steps(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_load_state_dict_reaches_compiled_code(backend):
-    fxkit.manual_seed(0)
-    model = Folded()
-    x = fxkit.randn(3, 4)
-    compiled = fxkit.compile(model, backend=backend, example_inputs=[x])
+    model, x, compiled = _compiled_folded(backend)
     compiled(x)
     new = {"w": np.full((5, 4), 0.5, np.float32), "b": np.zeros(5, np.float32)}
     model.load_state_dict(new)
