@@ -42,13 +42,18 @@ class DistributedDataParallel(Module):
         find_unused_parameters: parameters a forward does not use are found by
             walking its autograd graph and counted as ready at once; without it
             a parameter without a gradient is an error naming it.
+        gradient_as_bucket_view: after a backward each ``.grad`` is a view of
+            its bucket instead of a copy, as in PyTorch: no copy out of the
+            buckets, and none into them while the gradients stay those views
+            (a gradient held across a backward then changes with it).
 
     Attributes:
         module: the wrapped model (``state_dict`` keys start with ``module.``).
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
-                 process_group=None, bucket_cap_mb=25, find_unused_parameters=False):
+                 process_group=None, bucket_cap_mb=25, find_unused_parameters=False,
+                 gradient_as_bucket_view=False):
         super().__init__()
         if not isinstance(module, Module):
             raise DistributedError(f"DistributedDataParallel wraps an fxkit.nn.Module, got {type(module).__name__}")
@@ -66,7 +71,8 @@ class DistributedDataParallel(Module):
         for _, t in list(module.named_parameters()) + list(module.named_buffers()):
             broadcast(t, root, group)
         params = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-        self.__dict__["reducer"] = Reducer(params, group, int(bucket_cap_mb * 2 ** 20), find_unused_parameters)
+        self.__dict__["reducer"] = Reducer(params, group, int(bucket_cap_mb * 2 ** 20), find_unused_parameters,
+                                           gradient_as_bucket_view)
 
     def forward(self, *args, **kwargs):
         if self.broadcast_buffers and self.training:

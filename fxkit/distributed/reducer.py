@@ -72,17 +72,27 @@ def average_gradients(grads, group=None, cap_bytes=25 * 2 ** 20):
     """
     if not grads:
         return grads
-    buckets = Buckets([g.shape for g in grads], [g._data.dtype for g in grads], range(len(grads)), cap_bytes)
-    for i, g in enumerate(grads):
+    # A gradient that fills a bucket by itself is reduced where it lies: copying it in and out would cost
+    # more than the reduction (every rank decides alike: the shapes are the same).
+    alone = [g for g in grads if _reducible_in_place(g, cap_bytes)]
+    rest = [g for g in grads if not _reducible_in_place(g, cap_bytes)]
+    buckets = Buckets([g.shape for g in rest], [g._data.dtype for g in rest], range(len(rest)), cap_bytes)
+    for i, g in enumerate(rest):
         buckets.view(i)[...] = host(g._data)
-    works = [all_reduce(buckets.tensor(b), ReduceOp.AVG, group, async_op=True) for b in range(len(buckets.flats))]
+    reduced = alone + [buckets.tensor(b) for b in range(len(buckets.flats))]
+    works = [all_reduce(t, ReduceOp.AVG, group, async_op=True) for t in reduced]
     for w in works:
         if w is not None:
             w.wait()
-    for i, g in enumerate(grads):
+    for i, g in enumerate(rest):
         xp = g.device.xp
         g._data[...] = buckets.view(i) if xp is np else xp.asarray(buckets.view(i))
     return grads
+
+
+def _reducible_in_place(tensor, cap_bytes):
+    data = tensor._data
+    return type(data) is np.ndarray and data.flags.c_contiguous and data.nbytes >= cap_bytes
 
 
 class Reducer:
@@ -93,14 +103,16 @@ class Reducer:
         group: the process group.
         cap_bytes: bucket size.
         find_unused: parameters the forward did not reach count as ready at once.
+        as_view: leave each ``.grad`` a view of its bucket (DDP's ``gradient_as_bucket_view``).
     """
 
-    def __init__(self, params, group, cap_bytes, find_unused):
+    def __init__(self, params, group, cap_bytes, find_unused, as_view=False):
         self.names = [name for name, _ in params]
         self.params = [p for _, p in params]
         self.group = group
         self.cap_bytes = cap_bytes
         self.find_unused = find_unused
+        self.as_view = as_view
         # NOTE: reverse registration order approximates the order gradients become final; the order the
         # first backward actually delivers them replaces it after that backward (as PyTorch's DDP rebuilds).
         self.buckets = self._build(range(len(self.params) - 1, -1, -1))
@@ -151,7 +163,9 @@ class Reducer:
             if not self.queued:
                 queue_callback(self.finish)
                 self.queued = True
-            self.buckets.view(i)[...] = host(param.grad._data)
+            slot, grad = self.buckets.view(i), param.grad._data
+            if not _same_memory(slot, grad):  # NOTE: a bucket view (gradient_as_bucket_view) is in place already
+                slot[...] = host(grad)
             self.arrived.append(i)
             self._mark(i)
             for w in self.works[:self.next_bucket]:
@@ -192,7 +206,10 @@ class Reducer:
                 continue  # no rank used it: its .grad stays as it was, as on one process
             value = self.buckets.view(i)
             xp = p.device.xp
-            if p.grad is None:
+            if self.as_view and xp is np:
+                if p.grad is None or not _same_memory(p.grad._data, value):
+                    p.grad = Tensor(value)
+            elif p.grad is None:
                 p.grad = Tensor(value.copy() if xp is np else xp.asarray(value), p.device)
             else:
                 p.grad._data[...] = value if xp is np else xp.asarray(value)
@@ -213,6 +230,12 @@ class Reducer:
     def remove(self):
         for h in self._handles:
             h.remove()
+
+
+def _same_memory(a, b):
+    """Whether two arrays are the same elements of the same memory (one a view standing for the other)."""
+    return (type(a) is type(b) and a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def _ranks_on_this_machine(group):

@@ -92,6 +92,8 @@ def main():
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-mode", default="hang", choices=("hang", "kill"))
+    parser.add_argument("--bucket-view", action="store_true",
+                        help="gradient_as_bucket_view, gradients zeroed in place (they stay bucket views)")
     args = parser.parse_args()
     dtype = np.dtype(args.dtype).type
     dist.init_process_group("mpi", timeout=args.timeout)
@@ -105,7 +107,8 @@ def main():
     if rank == 0:
         local.load_state_dict(build(dtype, unused).state_dict())
     model = DistributedDataParallel(local, bucket_cap_mb=75 * np.dtype(dtype).itemsize / 2 ** 20,
-                                    find_unused_parameters=args.mode == "unused")
+                                    find_unused_parameters=args.mode == "unused",
+                                    gradient_as_bucket_view=args.bucket_view)
     reference = build(dtype, unused)
     opt, ref_opt = optimizer(model.parameters(), dtype), optimizer(reference.parameters(), dtype)
     step_fn = None
@@ -115,7 +118,7 @@ def main():
     for step in range(args.steps):
         x, y = batch(step, dtype)
         xs, ys = x[lo:hi], y[lo:hi]
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not args.bucket_view)
         inject(model, args, step, rank)
         if args.mode == "no_sync":
             mid = (hi - lo) // 2
@@ -144,6 +147,9 @@ def main():
     assert worst <= limit, f"{args.mode}: relative difference {worst:.3g} > {limit:g}"
     if args.mode == "unused":
         assert local.unused.weight.grad is None
+    if args.bucket_view:
+        reducer = model.reducer
+        assert all(np.shares_memory(p.grad._data, reducer.buckets.view(i)) for i, p in enumerate(reducer.params))
     print(f"rank {rank}: {args.mode} {args.dtype} {args.steps} steps on {n} ranks, {model.reducer.bucket_count} "
           f"buckets, equals one process (relative difference {worst:.2g})", flush=True)
     if args.mode == "plain":

@@ -24,6 +24,18 @@ def test_ddp_equals_one_process_on_the_global_batch(n, mode, dtype):
 
 @needs_mpi
 @pytest.mark.slow
+@pytest.mark.parametrize("mode,dtype", [("plain", "float64"), ("no_sync", "float32")])
+def test_ddp_with_gradients_as_bucket_views_equals_one_process(mode, dtype):
+    """``gradient_as_bucket_view=True`` with gradients zeroed in place: they stay views of the buckets,
+    accumulate there (``no_sync``), and are reduced where they lie."""
+    result, _ = mpirun(2, WORKER, "--mode", mode, "--dtype", dtype, "--bucket-view")
+    assert result.returncode == 0, output(result)
+    for rank in range(2):
+        assert f"rank {rank}: {mode} {dtype} 20 steps on 2 ranks, 4 buckets, equals one process" in result.stdout
+
+
+@needs_mpi
+@pytest.mark.slow
 def test_a_rank_hanging_in_backward_is_named_by_every_other_rank():
     result, seconds = mpirun(3, WORKER, "--timeout", "5", "--fail-rank", "1", "--fail-mode", "hang")
     assert result.returncode != 0
