@@ -277,7 +277,7 @@ def _differentiable(target):
 
 # -- graph forms of the ops whose eager recording runs a forward of its own ------------------
 def _max_pool_forward(rec, op, args, kwargs):
-    """max_pool2d recorded with its indices, which its rule reads (``ctx.extra``)."""
+    """max_pool2d (or max_pool1d) recorded with its indices, which its rule reads (``ctx.extra``)."""
     kwargs = dict(kwargs)
     wanted = kwargs.pop("return_indices", args[6] if len(args) > 6 else False)
     out = rec.create_proxy("call", op, tuple(args[:6]), {**kwargs, "return_indices": True})
@@ -297,7 +297,8 @@ def _dropout_forward(rec, op, args, kwargs):
     return rec.create_proxy("call", _mul, (x, mask), {})
 
 
-_FORWARDS = {get_op("max_pool2d"): _max_pool_forward, get_op("dropout"): _dropout_forward,
+_FORWARDS = {get_op("max_pool2d"): _max_pool_forward, get_op("max_pool1d"): _max_pool_forward,
+             get_op("dropout"): _dropout_forward,
              get_op("dropout2d"): _dropout_forward}
 
 

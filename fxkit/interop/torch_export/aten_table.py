@@ -165,6 +165,8 @@ ATEN = {
     "aten.masked_fill.Scalar":          "masked_fill",
     "aten.masked_fill.Tensor":          "masked_fill",
     "aten.isnan.default":               "isnan",
+    "aten.isinf.default":               "isinf",
+    "aten.isfinite.default":            "isfinite",
     # -- comparisons and logic ------------------------------------------------------------
     "aten.eq.Tensor":                   "eq",
     "aten.eq.Scalar":                   "eq",
@@ -200,6 +202,7 @@ ATEN = {
     "aten.hardswish.default":           "hardswish",
     "aten.hardsigmoid.default":         "hardsigmoid",
     "aten.mish.default":                "mish",
+    "aten.glu.default":                 "glu",
     "aten.softmax.int":                 "softmax",
     "aten._softmax.default":            lambda c, x, dim, half_to_float: c("softmax", x, dim),
     "aten.log_softmax.int":             "log_softmax",
@@ -227,6 +230,12 @@ ATEN = {
     "aten.all.dim":                     "all",
     "aten.var.correction":              "var",
     "aten.std.correction":              "std",
+    "aten.var.dim":                     "var",
+    "aten.std.dim":                     "std",
+    "aten.var_mean.correction":         "var_mean",
+    "aten.std_mean.correction":         "std_mean",
+    "aten.var_mean.dim":                "var_mean",
+    "aten.std_mean.dim":                "std_mean",
     "aten.logsumexp.default":           "logsumexp",
     "aten.linalg_vector_norm.default":  lambda c, x, ord=2, dim=None, keepdim=False, dtype=None:
                                             c("norm", x, ord, dim, keepdim, dtype=dtype),
@@ -251,6 +260,10 @@ ATEN = {
     "aten.conv2d.default":              "conv2d",
     "aten.conv_transpose2d.input":      "conv_transpose2d",
     "aten.convolution.default":         _convolution,
+    "aten.max_pool1d.default":          "max_pool1d",
+    "aten.max_pool1d_with_indices.default": lambda c, x, kernel, stride=(), padding=0, dilation=1, ceil=False:
+                                            c("max_pool1d", x, kernel, stride or None, padding, dilation, ceil, True),
+    "aten.avg_pool1d.default":          "avg_pool1d",
     "aten.max_pool2d.default":          "max_pool2d",
     "aten.max_pool2d_with_indices.default": lambda c, x, kernel, stride=(), padding=0, dilation=1, ceil=False:
                                             c("max_pool2d", x, kernel, stride or None, padding, dilation, ceil, True),
@@ -284,6 +297,8 @@ ATEN = {
                                             c("interpolate", x, size, scales, "bicubic", align),
     "aten.upsample_trilinear3d.vec":    lambda c, x, size, align, scales:
                                             c("interpolate", x, size, scales, "trilinear", align),
+    "aten.pixel_shuffle.default":       "pixel_shuffle",
+    "aten.pixel_unshuffle.default":     "pixel_unshuffle",
     "aten.constant_pad_nd.default":     lambda c, x, pad, value=0: c("pad", x, pad, "constant", value),
     "aten.pad.default":                 "pad",
     # -- views and layout ---------------------------------------------------------------------

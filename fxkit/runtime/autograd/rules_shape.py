@@ -1,6 +1,7 @@
 """Derivative rules of the view and rearranging ops: each maps the output's gradient
 back onto the input's layout (reshape back, inverse permutation, sum over repeats
-and broadcast dims, split what cat joined, crop what pad added).
+and broadcast dims, split what cat joined, crop what pad added, unshuffle what
+pixel_shuffle shuffled).
 """
 from fxkit.runtime.autograd.function import defgrad
 from fxkit.runtime.ops.dims import normalize_dim
@@ -14,6 +15,8 @@ _zeros = get_op("zeros")
 _arange = get_op("arange")
 _index_add = get_op("index_add")
 _stack_op = get_op("stack")
+_pixel_shuffle_op = get_op("pixel_shuffle")
+_pixel_unshuffle_op = get_op("pixel_unshuffle")
 
 
 def _reshape_back(name):
@@ -26,6 +29,16 @@ def _reshape_back(name):
 
 for _name in ("view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "contiguous"):
     _reshape_back(_name)
+
+
+@defgrad("pixel_shuffle")
+def _pixel_shuffle(ctx, g, input, upscale_factor):  # noqa: A002
+    return _pixel_unshuffle_op(g, upscale_factor)
+
+
+@defgrad("pixel_unshuffle")
+def _pixel_unshuffle(ctx, g, input, downscale_factor):  # noqa: A002
+    return _pixel_shuffle_op(g, downscale_factor)
 
 
 @defgrad("expand")
