@@ -7,13 +7,16 @@ must reach the outputs; parameters and buffers keep their ``state_dict`` names
 and nodes name the torch module they came from. ``FAST`` (a plain convnet, a
 depthwise/squeeze-excite convnet, a masked encoder, a causal decoder) runs
 unmarked; the rest of the corpus is marked ``corpus`` (``pytest -m corpus``).
+The vision generality set (`tests.corpus.generality_vision`: torchvision and timm
+models outside the corpus list) goes through the same checks, its two ``FAST``
+representatives unmarked.
 """
 import functools
 
 import numpy as np
 import pytest
 
-from tests.corpus import FAST, NAMES, build, require_libraries
+from tests.corpus import FAST, NAMES, build, generality_vision, require_libraries
 
 require_libraries()
 import torch  # noqa: E402
@@ -27,8 +30,12 @@ from fxkit.transforms.symbolic import Sym  # noqa: E402
 TOLERANCE = 1e-4
 
 
+ALL_NAMES = NAMES + generality_vision.NAMES
+ALL_FAST = FAST + generality_vision.FAST
+
+
 def _params(names):
-    return [pytest.param(name, marks=[] if name in FAST else [pytest.mark.corpus]) for name in names]
+    return [pytest.param(name, marks=[] if name in ALL_FAST else [pytest.mark.corpus]) for name in names]
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,7 +54,7 @@ def _flat(value):
     return () if value is None else (np.asarray(value.numpy(), np.float64),)
 
 
-@pytest.mark.parametrize("name", _params(NAMES))
+@pytest.mark.parametrize("name", _params(ALL_NAMES))
 def test_corpus_model_matches_torch_at_two_batch_sizes(name):
     entry, gm = imported(name)
     for batch, seed in ((2, 5), (3, 6)):
@@ -60,7 +67,7 @@ def test_corpus_model_matches_torch_at_two_batch_sizes(name):
             assert np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30) < TOLERANCE
 
 
-@pytest.mark.parametrize("name", _params(NAMES))
+@pytest.mark.parametrize("name", _params(ALL_NAMES))
 def test_corpus_model_has_symbolic_batch_names_and_module_paths(name):
     entry, gm = imported(name)
     infer_shapes(gm, *input_specs(gm))

@@ -66,9 +66,14 @@ def _hardtanh(c, x, low=-1.0, high=1.0):
 
 
 def _convolution(c, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    spatial = c.rank(w) - 2  # the weight's rank tells the dims, batched input or not
+    if spatial not in ((2,) if transposed else (1, 2)):
+        kind = f"{spatial}-D {'transposed ' if transposed else ''}convolution"
+        raise NotImplementedError(f"a {kind} has no fxkit registry op (fxkit has conv1d, conv2d and "
+                                  f"conv_transpose2d)")
     if transposed:
         return c("conv_transpose2d", x, w, b, stride, padding, output_padding, groups, dilation)
-    return c("conv1d" if c.rank(x) == 3 else "conv2d", x, w, b, stride, padding, dilation, groups)
+    return c("conv1d" if spatial == 1 else "conv2d", x, w, b, stride, padding, dilation, groups)
 
 
 def _index(c, x, indices):
