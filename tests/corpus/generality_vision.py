@@ -8,7 +8,8 @@ fused-MBConv, channel shuffle, dense concatenation, window and grid attention
 interpolate back to the input size and return dicts, and timm's hybrids
 (levit's attention biases, mobilevit's unfold into patches, poolformer's
 pooling mixer, ghost modules, hrnet's multi-resolution fusion, xcit's
-cross-covariance attention, fastvit's reparameterisable blocks, ...).
+cross-covariance attention, fastvit's reparameterisable blocks, nf-resnet's weight
+standardisation by batch statistics, eva's rotary embeddings, ...).
 
 Entries are ``name -> (input shape without the batch, builder keyword arguments)``;
 sizes are the smallest each architecture accepts with every stage non-trivial.
@@ -58,6 +59,8 @@ TIMM = {
     "fastvit_t8": ((3, 64, 64), {}),
     "tiny_vit_5m_224": ((3, 224, 224), {}),
     "mobilenetv4_conv_small": ((3, 64, 64), {}),
+    "nf_resnet26": ((3, 64, 64), {}),
+    "eva02_tiny_patch14_224": ((3, 224, 224), {}),
 }
 
 NAMES = tuple(f"torchvision/{a}" for a in TORCHVISION) + tuple(f"timm/{a}" for a in TIMM)

@@ -84,6 +84,12 @@ def _bn_no_training(c, x, weight, bias, mean, var, momentum, eps):
     return c("batch_norm", x, mean, var, weight, bias, False, momentum, eps), None, None
 
 
+def _bn_no_stats(c, x, weight, bias, training, momentum, eps):
+    """Batch statistics without running ones (``F.batch_norm(w, None, None, training=True)``: timm's
+    weight-standardised convolutions); the saved mean and inverse std are for backward only."""
+    return c("batch_norm", x, None, None, weight, bias, True, momentum, eps), None, None
+
+
 def _factory(name):
     """A factory (``zeros``, ``full``, ...): layout, device and pinning dropped; fxkit arrays live on the cpu."""
     def rule(c, *args, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
@@ -279,6 +285,7 @@ ATEN = {
     "aten.batch_norm.default":          lambda c, x, w, b, mean, var, training, momentum, eps, cudnn:
                                             c("batch_norm", x, mean, var, w, b, training, momentum, eps),
     "aten._native_batch_norm_legit_no_training.default": _bn_no_training,
+    "aten._native_batch_norm_legit.no_stats": _bn_no_stats,
     "aten.layer_norm.default":          lambda c, x, shape, w=None, b=None, eps=1e-5, cudnn=True:
                                             c("layer_norm", x, shape, w, b, eps),
     "aten.group_norm.default":          lambda c, x, groups, w=None, b=None, eps=1e-5, cudnn=True:
