@@ -9,7 +9,8 @@ interpolate back to the input size and return dicts, and timm's hybrids
 (levit's attention biases, mobilevit's unfold into patches, poolformer's
 pooling mixer, ghost modules, hrnet's multi-resolution fusion, xcit's
 cross-covariance attention, fastvit's reparameterisable blocks, nf-resnet's weight
-standardisation by batch statistics, eva's rotary embeddings, ...).
+standardisation by batch statistics, eva's rotary embeddings, halonet's sliding
+windows (``Tensor.unfold``), ...).
 
 Entries are ``name -> (input shape without the batch, builder keyword arguments)``;
 sizes are the smallest each architecture accepts with every stage non-trivial.
@@ -61,6 +62,7 @@ TIMM = {
     "mobilenetv4_conv_small": ((3, 64, 64), {}),
     "nf_resnet26": ((3, 64, 64), {}),
     "eva02_tiny_patch14_224": ((3, 224, 224), {}),
+    "halonet26t": ((3, 256, 256), {}),  # its halo blocks need 256 pixels
 }
 
 NAMES = tuple(f"torchvision/{a}" for a in TORCHVISION) + tuple(f"timm/{a}" for a in TIMM)

@@ -169,7 +169,7 @@ def _vision_extras(x, y):
     return (F.pixel_shuffle(image, 2), F.pixel_unshuffle(F.pixel_shuffle(image, 2), 2), F.glu(x, -1), F.glu(y, 2),
             F.max_pool1d(x, 2), F.max_pool1d(y, 3, 1, 1, ceil_mode=True), F.avg_pool1d(x, 3, 1, 1),
             F.avg_pool1d(y, 2, 2, 1, True, False), spread, mean, deviation, average, infinite.isinf(),
-            infinite.isfinite())
+            infinite.isfinite(), x.unfold(2, 3, 1), y.unfold(1, 2, 1))
 
 
 OP_MODELS = [_arithmetic, _unary, _compare_select, _division, _reductions, _shapes, _indexing, _matmuls,

@@ -121,7 +121,8 @@ class VisionOps(tnn.Module):
         standardized = tnn.functional.batch_norm(rows, None, None, training=True, momentum=0.0, eps=1e-5)
         first, second = x.reshape(n, 2, 24).unbind(1)
         typed = torch.cat([first[:, :4], second[:, 4:]], 1).type_as(second)  # eva's rope: dtype of an item
-        return (standardized, typed, tnn.functional.pixel_shuffle(image, 2), tnn.functional.pixel_unshuffle(image.reshape(n, 2, 4, 6), 2),
+        windows = rows.unfold(2, 4, 3).unfold(1, 2, 2)  # halo attention's blocks
+        return (standardized, typed, windows, tnn.functional.pixel_shuffle(image, 2), tnn.functional.pixel_unshuffle(image.reshape(n, 2, 4, 6), 2),
                 normalized, deviation, cleaned, tnn.functional.glu(rows, dim=1),
                 tnn.functional.max_pool1d(rows, 3, 2, 1), tnn.functional.avg_pool1d(rows, 2),
                 tnn.functional.max_pool1d(rows, 2, return_indices=True)[1])

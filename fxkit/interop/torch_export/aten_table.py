@@ -332,6 +332,7 @@ ATEN = {
     "aten.slice.Tensor":                _slice,
     "aten.select.int":                  lambda c, x, dim, index: c("getitem", x, _at(dim, index)),
     "aten.narrow.default":              "narrow",
+    "aten.unfold.default":              "unfold",
     "aten.index.Tensor":                _index,
     "aten.index_select.default":        "index_select",
     "aten.gather.default":              lambda c, x, dim, index, sparse_grad=False: c("gather", x, dim, index),

@@ -7,6 +7,7 @@ from fxkit.runtime.autograd.function import defgrad
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.rearrange import cat_layout, pad_layout
 from fxkit.runtime.ops.shape_ops import positional_or_keyword, shape_arg
+from fxkit.runtime.ops.unfold import window_layout
 from fxkit.runtime.registry import get_op
 
 _cat = get_op("cat")
@@ -29,6 +30,19 @@ def _reshape_back(name):
 
 for _name in ("view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "contiguous"):
     _reshape_back(_name)
+
+
+@defgrad("unfold")
+def _unfold(ctx, g, input, dimension, size, step):  # noqa: A002
+    """Each window's gradient added back where the window was cut, one window element at a time."""
+    if not input.shape:
+        return g.reshape(())
+    axis, windows = window_layout(tuple(input.shape), dimension, size, step)
+    starts = _arange(windows, device=g.device) * step
+    out = _zeros(tuple(input.shape), dtype=g.dtype, device=g.device)
+    for k in range(size):
+        out = _index_add(out, axis, starts + k, g[..., k])
+    return out
 
 
 @defgrad("pixel_shuffle")

@@ -23,6 +23,7 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     pooling1d,
     pixel_shuffle,
     glu,
+    unfold,
     interpolate,
     pipe_split,
     quantized_ops,

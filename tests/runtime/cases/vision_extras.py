@@ -1,5 +1,5 @@
-"""Cases for pixel_shuffle.py, glu.py and pooling1d.py: the ops vision models bring in
-(sub-pixel convolutions, gated units, 1-D pools), each against PyTorch."""
+"""Cases for pixel_shuffle.py, glu.py, pooling1d.py and unfold.py: the ops vision models bring in
+(sub-pixel convolutions, gated units, 1-D pools, halo attention's sliding windows), each against PyTorch."""
 import numpy as np
 
 from tests.runtime.cases.conv import torch_functional
@@ -48,3 +48,15 @@ case("avg_pool1d", _args(_x(2, 3, 10), 3, 2, 1, True, False), torch_functional("
      id="stride-pad-ceil-no-pad-count-torch", **TOL)
 case("avg_pool1d", _args(_x(3, 7, dtype=np.float64), 2, 1, 1), torch_functional("avg_pool1d"),
      id="unbatched-float64-torch")
+
+# -- unfold (Tensor.unfold: sliding windows) -----------------------------------------------------
+def _tensor_unfold(x, dimension, size, step):
+    import torch
+
+    return torch.from_numpy(x).unfold(dimension, size, step).numpy()
+
+
+case("unfold", _args(_x(2, 10, 3), 1, 4, 3), _tensor_unfold, id="strided")
+case("unfold", _args(_x(2, 3, 9), -1, 3, 2), _tensor_unfold, id="overlapping-last-dim")
+case("unfold", _args(_x(4, 5, dtype=np.float64), 0, 4, 1), _tensor_unfold, id="step1-float64")
+case("unfold", _args(_x(3, 6), 1, 6, 6), _tensor_unfold, id="one-window")
