@@ -4,6 +4,7 @@
     python benchmarks/models.py --quick              # one timing round per contender
     python benchmarks/models.py --models resnet18 BertModel   # names or "library/name"
     python benchmarks/models.py --write-docs         # also rewrite docs/models.md from the results
+    python benchmarks/models.py --set generality     # the vision generality set (models outside the corpus)
 
 Routes:
 - ``from_torch``: ``fxkit.from_torch`` on the torch model with its example inputs and a symbolic
@@ -37,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import fxkit  # noqa: E402
-from tests.corpus import NAMES, build  # noqa: E402
+from tests.corpus import NAMES, build, generality_vision  # noqa: E402
 from tests.corpus.onnx_files import export_onnx  # noqa: E402
 
 BATCH = 3
@@ -197,7 +198,7 @@ COLUMNS = ("model", "route", "max rel err", *TIMED, "torch ms")
 
 
 def show(rows, console):
-    table = Table(title=f"The corpus through every route (batch {BATCH}, {THREADS[0]} thread(s)); "
+    table = Table(title=f"Models through every route (batch {BATCH}, {THREADS[0]} thread(s)); "
                         f"times / PyTorch eager")
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("model", "route") else "right")
@@ -281,13 +282,17 @@ def write_docs(rows):
         f.write("\n".join(lines) + "\n")
 
 
-def select(patterns):
+SETS = {"corpus": NAMES, "generality": generality_vision.NAMES}
+"""``--set`` -> its model names: the corpus, or the vision generality set (tests/corpus/generality_vision.py)."""
+
+
+def select(patterns, names=NAMES):
     if not patterns:
-        return list(NAMES)
-    chosen = [n for n in NAMES if any(p == n or p == n.split("/")[1] for p in patterns)]
-    unknown = [p for p in patterns if not any(p == n or p == n.split("/")[1] for n in NAMES)]
+        return list(names)
+    chosen = [n for n in names if any(p == n or p == n.split("/")[1] for p in patterns)]
+    unknown = [p for p in patterns if not any(p == n or p == n.split("/")[1] for n in names)]
     if unknown:
-        raise SystemExit(f"unknown corpus models {unknown}; known: {', '.join(NAMES)}")
+        raise SystemExit(f"unknown models {unknown}; known: {', '.join(names)}")
     return chosen
 
 
@@ -297,12 +302,14 @@ def main():
     parser.add_argument("--models", nargs="*", help="corpus names (resnet18, timm/resnet18, BertModel, ...)")
     parser.add_argument("--write-docs", action="store_true", help=f"rewrite {os.path.relpath(DOCS, ROOT)}")
     parser.add_argument("--threads", type=int, default=1, help="threads for every contender (default 1)")
+    parser.add_argument("--set", choices=sorted(SETS), default="corpus",
+                        help="the corpus (default) or the vision generality set")
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 180)
     limits = limit_threads(args.threads)  # noqa: F841  (kept alive: the BLAS limit lasts as long as it)
-    names = select(args.models)
-    if args.write_docs and len(names) != len(NAMES):
-        raise SystemExit("--write-docs needs the whole corpus (leave out --models)")
+    names = select(args.models, SETS[args.set])
+    if args.write_docs and (args.set != "corpus" or len(names) != len(NAMES)):
+        raise SystemExit("--write-docs needs the whole corpus (leave out --models and --set)")
     rounds = 1 if args.quick else 5
     rows = []
     for name in names:

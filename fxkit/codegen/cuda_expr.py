@@ -65,7 +65,7 @@ RESERVED = frozenset((
     "volatile", "while", "asm", "class", "delete", "friend", "namespace", "new", "operator", "private",
     "protected", "public", "template", "this", "throw", "try", "catch", "typename", "using", "virtual",
     "kernel", "kernel_strided", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "abs", "fabs",
-    "fabsf", "fmod", "fmodf", "fmax", "fmaxf", "pow", "powf", "copysign", "copysignf",
+    "fabsf", "fmod", "fmodf", "fmax", "fmaxf", "pow", "powf", "copysign", "copysignf", "isinf", "isfinite",
     *_MATH, *(f"{name}f" for name in _MATH), *HELPERS))
 
 
@@ -236,6 +236,10 @@ class _Translate:
             if self.dtype is not None and not floating:
                 return Expr("false")
             return Expr(f"{args[0].at(EQ + 1)} != {args[0].at(EQ + 1)}", EQ)
+        if name in ("isinf", "isfinite"):
+            if self.dtype is not None and not floating:
+                return Expr("true" if name == "isfinite" else "false")
+            return Expr(f"{name}({args[0].text})")
         if name == "where":
             return Expr(f"{args[0].at(LOR)} ? {args[1].at(COND)} : {args[2].at(COND)}", COND)
         if name in _HELPER_CALLS:

@@ -91,6 +91,10 @@ class _Template(ast.NodeTransformer):
         if name == "isnan":
             return (ast.Compare(args[0], [ast.NotEq()], [args[0]]) if floating or dtype is None
                     else ast.Constant(False))
+        if name in ("isinf", "isfinite"):
+            if floating or dtype is None:
+                return ast.Call(ast.Attribute(ast.Name("math", _LOAD), name, _LOAD), args, [])
+            return ast.Constant(name == "isfinite")
         if name == "where":
             return ast.IfExp(args[0], args[1], args[2])
         if name in ("maximum", "minimum"):

@@ -1,6 +1,6 @@
-"""ONNX import rules of the activations, normalisations and ordering ops added for imported
-models: ``HardSigmoid``, ``HardSwish``, ``Mish``, ``InstanceNormalization``,
-``GroupNormalization`` and ``TopK``, each onto its registry op."""
+"""ONNX import rules of the activations, normalisations, ordering and rearranging ops added for
+imported models: ``HardSigmoid``, ``HardSwish``, ``Mish``, ``InstanceNormalization``,
+``GroupNormalization``, ``TopK``, ``DepthToSpace`` and ``SpaceToDepth``, each onto its registry op."""
 from fxkit.interop.onnx_import_rules import import_rule, refuse
 
 _ONE_SIXTH = 1.0 / 6.0
@@ -44,3 +44,23 @@ def _topk(c):
     result = c.call("topk", c.tensor(0), int(c.scalar(1)), c.attr("axis", -1), bool(c.attr("largest", 1)),
                     bool(c.attr("sorted", 1)))
     return [c.call("getitem", result, i) for i in range(2)]
+
+
+@import_rule("DepthToSpace", "SpaceToDepth")
+def _depth_space(c):
+    """``pixel_shuffle`` (DepthToSpace, ``CRD``) and ``pixel_unshuffle``; the block-major channel
+    order (DepthToSpace's ``DCR`` mode, SpaceToDepth) is that op's channels regrouped by a transpose."""
+    r = int(c.attr("blocksize"))
+    x = c.tensor(0)
+    if c.rank(0) != 4:
+        raise refuse(c, f"{c.op_type} of a {c.rank(0)}-D input")
+    if c.op_type == "SpaceToDepth":
+        x = c.call("pixel_unshuffle", x, r)
+    n, channels, h, w = (c.call("size", x, i) for i in range(4))
+    if c.op_type == "DepthToSpace":
+        if c.attr("mode", "DCR") == "DCR":  # channel (i * r + j) * C + k -> C-major: k * r * r + i * r + j
+            x = c.call("reshape", c.call("transpose", c.call("reshape", x, n, r * r, -1, h, w), 1, 2),
+                       n, channels, h, w)
+        return c.call("pixel_shuffle", x, r)
+    # channel k * r * r + (i * r + j) -> block-major: (i * r + j) * C + k
+    return c.call("reshape", c.call("transpose", c.call("reshape", x, n, -1, r * r, h, w), 1, 2), n, channels, h, w)

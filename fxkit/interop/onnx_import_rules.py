@@ -65,6 +65,18 @@ def _unary(c):
     return c.call(_UNARY[c.op_type], c.tensor(0))
 
 
+@import_rule("IsInf")
+def _is_inf(c):
+    """``isinf``, narrowed to one sign when ``detect_negative`` or ``detect_positive`` is 0."""
+    x = c.tensor(0)
+    found = c.call("isinf", x)
+    if not c.attr("detect_negative", 1):
+        found = c.call("logical_and", found, c.call("gt", x, 0))
+    if not c.attr("detect_positive", 1):
+        found = c.call("logical_and", found, c.call("lt", x, 0))
+    return found
+
+
 @import_rule("Max", "Min")
 def _max_min(c):
     if wants_itemwise(c, c.op_type):
@@ -216,19 +228,20 @@ def _conv_transpose(c):
 @import_rule("MaxPool", "AveragePool")
 def _pool(c):
     kernel = list(c.attr("kernel_shape"))
-    if len(kernel) != 2:
-        raise refuse(c, f"{len(kernel)}-D pooling")
+    n = len(kernel)
+    if n not in (1, 2):
+        raise refuse(c, f"{n}-D pooling")
     if len(c.proto.output) > 1 and c.proto.output[1]:
         raise refuse(c, "MaxPool's Indices output")
-    padding, explicit = _symmetric_pads(c, 2)
+    padding, explicit = _symmetric_pads(c, n)
     if explicit is not None:
         raise refuse(c, "pooling with asymmetric pads")
-    strides = tuple(c.attr("strides", [1, 1]))
+    strides = tuple(c.attr("strides", [1] * n))
     ceil = bool(c.attr("ceil_mode", 0))
     if c.op_type == "MaxPool":
-        return c.call("max_pool2d", c.tensor(0), tuple(kernel), strides, tuple(padding),
-                      tuple(c.attr("dilations", [1, 1])), ceil_mode=ceil)
-    return c.call("avg_pool2d", c.tensor(0), tuple(kernel), strides, tuple(padding), ceil_mode=ceil,
+        return c.call(f"max_pool{n}d", c.tensor(0), tuple(kernel), strides, tuple(padding),
+                      tuple(c.attr("dilations", [1] * n)), ceil_mode=ceil)
+    return c.call(f"avg_pool{n}d", c.tensor(0), tuple(kernel), strides, tuple(padding), ceil_mode=ceil,
                   count_include_pad=bool(c.attr("count_include_pad", 0)))
 
 

@@ -115,6 +115,17 @@ def _unary(b, op, a, out):
     return b.op(_UNARY[op.name], x)
 
 
+@export_rule("isinf", "isfinite")
+def _infinity_checks(b, op, a, out):
+    """IsInf, and for isfinite neither IsNaN nor IsInf; both take floats only, and an integer
+    tensor (never infinite) goes in as float32."""
+    dtype = a.input.meta.dtype if isinstance(a.input, Value) else _dt.float32
+    x = b.operand(a.input, dtype if dtype.is_floating_point else _dt.float32)
+    if op.name == "isinf":
+        return b.op("IsInf", x)
+    return b.op("Not", b.op("Or", b.op("IsNaN", x), b.op("IsInf", x)))
+
+
 @export_rule("ne")
 def _ne(b, op, a, out):
     return b.op("Not", b.op("Equal", *operands(b, op, out, a.input, a.other)))

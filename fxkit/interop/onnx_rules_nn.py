@@ -13,6 +13,7 @@ from fxkit.interop.onnx_builder import Value
 from fxkit.interop.onnx_rules import axis, concrete, export_rule, module_rule, operands, unsupported
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime import nn
+from fxkit.runtime.registry import get_op
 
 
 def _pairs(value, n):
@@ -99,28 +100,30 @@ def _conv_transpose(b, op, a, out):
                 output_padding=_pairs(a.output_padding, 2), group=int(a.groups))
 
 
-def _pool_window(a):
-    kernel = _pairs(a.kernel_size, 2)
+def _pool_window(a, n):
+    """Kernel, strides and ONNX pads of an ``n``-D pool."""
+    kernel = _pairs(a.kernel_size, n)
     given = a.stride is not None and not (isinstance(a.stride, (tuple, list)) and not a.stride)
-    stride = _pairs(a.stride, 2) if given else kernel
-    padding = _pairs(a.padding, 2)
+    stride = _pairs(a.stride, n) if given else kernel
+    padding = _pairs(a.padding, n)
     return kernel, stride, padding + padding
 
 
-@export_rule("max_pool2d")
+@export_rule("max_pool1d", "max_pool2d")
 def _max_pool(b, op, a, out):
     if a.return_indices:
         raise unsupported(op, "return_indices=True", "pool without indices for export")
-    kernel, stride, pads = _pool_window(a)
+    n = 1 if op.name == "max_pool1d" else 2
+    kernel, stride, pads = _pool_window(a, n)
     return b.op("MaxPool", a.input.name, kernel_shape=kernel, strides=stride, pads=pads,
-                dilations=_pairs(a.dilation, 2), ceil_mode=int(a.ceil_mode))
+                dilations=_pairs(a.dilation, n), ceil_mode=int(a.ceil_mode))
 
 
-@export_rule("avg_pool2d")
+@export_rule("avg_pool1d", "avg_pool2d")
 def _avg_pool(b, op, a, out):
-    if a.divisor_override is not None:
+    if getattr(a, "divisor_override", None) is not None:
         raise unsupported(op, f"divisor_override={a.divisor_override}")
-    kernel, stride, pads = _pool_window(a)
+    kernel, stride, pads = _pool_window(a, 1 if op.name == "avg_pool1d" else 2)
     return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=stride, pads=pads,
                 ceil_mode=int(a.ceil_mode), count_include_pad=int(a.count_include_pad))
 
@@ -271,6 +274,39 @@ def _var_std(b, op, a, out):
     count = math.prod(a.input.meta.shape[i] for i in axes) - correction
     var = b.op("Div", total, b.dim_scalar(count, out.dtype))
     return b.op("Sqrt", var) if op.name == "std" else var
+
+
+@export_rule("var_mean", "std_mean")
+def _moments(b, op, a, out):
+    """``var``/``std``'s rule, and the mean over the same axes."""
+    spread = _var_std(b, get_op(op.name[:3]), a, out[0])
+    mean = b.reduce("ReduceMean", b.cast(a.input, out[1].dtype), _axes(a.dim, len(a.input.meta.shape)), a.keepdim)
+    return spread, mean
+
+
+@export_rule("glu")
+def _glu(b, op, a, out):
+    """The first half of ``input`` along ``dim`` times the sigmoid of the second."""
+    dim = axis(a.dim, len(a.input.meta.shape))
+    half = a.input.meta.shape[dim] // 2
+    first, second = b.op("Split", a.input.name, b.ints([half, half]), axis=dim, outputs=2)
+    return b.op("Mul", first, b.op("Sigmoid", second))
+
+
+@export_rule("pixel_shuffle", "pixel_unshuffle")
+def _pixel_shuffle(b, op, a, out):
+    """pixel_shuffle is DepthToSpace in ``CRD`` mode; pixel_unshuffle (not SpaceToDepth, whose
+    channels are block-major) is a reshape, a transpose and a reshape."""
+    shape = a.input.meta.shape
+    if len(shape) != 4:
+        raise unsupported(op, f"a {len(shape)}-D input", "reshape to (N, C, H, W) around it")
+    if op.name == "pixel_shuffle":
+        return b.op("DepthToSpace", a.input.name, blocksize=int(a.upscale_factor), mode="CRD")
+    r = int(a.downscale_factor)
+    _, c, h, w = shape
+    split = b.op("Reshape", a.input.name, b.ints([0, c, h // r, r, w // r, r]))
+    moved = b.op("Transpose", split, perm=[0, 1, 3, 5, 2, 4])
+    return b.op("Reshape", moved, b.ints([0, c * r * r, h // r, w // r]))
 
 
 @export_rule("norm")

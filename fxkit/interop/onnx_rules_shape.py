@@ -331,3 +331,19 @@ def _roll(b, op, a, out):
         d = axis(dim, len(shape))
         x = _roll_dim(b, x, int(shift), d, shape[d])
     return x
+
+
+@export_rule("unfold")
+def _unfold(b, op, a, out):
+    """A ``Gather`` of every window's positions (a constant ``(windows, size)`` index), then the
+    window axis moved last; the unfolded dimension must be static."""
+    shape = a.input.meta.shape
+    if not shape:
+        raise unsupported(op, "a 0-d input", "unsqueeze it first")
+    dim = axis(a.dimension, len(shape))
+    length = concrete(op, "unfolded dimension", shape[dim])
+    windows = (length - a.size) // a.step + 1
+    index = np.arange(windows)[:, None] * a.step + np.arange(a.size)[None, :]
+    gathered = b.op("Gather", a.input.name, b.const(index, _dt.int64), axis=dim)
+    order = list(range(dim + 1)) + list(range(dim + 2, len(shape) + 1)) + [dim + 1]
+    return b.op("Transpose", gathered, perm=order)

@@ -125,6 +125,11 @@ def _window(out, input, kernel_size, *args, **kwargs):
     return numel(_first(out)) * kh * kw
 
 
+def _window1d(out, input, kernel_size, *args, **kwargs):
+    k = kernel_size[0] if isinstance(kernel_size, (tuple, list)) else kernel_size
+    return numel(_first(out)) * k
+
+
 def _attention(out, query, key, value, *args, **kwargs):
     # scores q @ k.T and the weighted sum of values, as PyTorch's FlopCounterMode counts them
     rows = math.prod(out.shape[:-1])
@@ -173,6 +178,7 @@ FLOP_RULES = {
     get_op("quantized_linear"): _contracting(0), get_op("quantized_dynamic_linear"): _contracting(0),
     get_op("quantized_conv2d"): _conv,
     get_op("max_pool2d"): _window, get_op("avg_pool2d"): _window,
+    get_op("max_pool1d"): _window1d, get_op("avg_pool1d"): _window1d,
     get_op("adaptive_avg_pool2d"): _input_elements, get_op("adaptive_max_pool2d"): _input_elements,
     get_op("batch_norm"): _batch_norm,
     # mean, variance, normalise, scale, shift.

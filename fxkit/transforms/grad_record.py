@@ -11,7 +11,7 @@ proxies), so both halves land in one graph and saved activations are
 ordinary edges.
 
 Forward calls whose eager recording differs from the op itself get a graph
-form here (`_FORWARDS`, keyed by op): ``max_pool2d`` also returns the
+form here (`_FORWARDS`, keyed by op): the max pools also return the
 indices its rule reads, and training-mode dropout becomes ``x * mask`` with
 ``mask = dropout(ones_like(x))``, the op's own draw (the same random stream
 as eager), so its gradient is a plain ``mul``. In-place calls
@@ -276,13 +276,16 @@ def _differentiable(target):
 
 
 # -- graph forms of the ops whose eager recording runs a forward of its own ------------------
-def _max_pool_forward(rec, op, args, kwargs):
-    """max_pool2d recorded with its indices, which its rule reads (``ctx.extra``)."""
-    kwargs = dict(kwargs)
-    wanted = kwargs.pop("return_indices", args[6] if len(args) > 6 else False)
-    out = rec.create_proxy("call", op, tuple(args[:6]), {**kwargs, "return_indices": True})
-    rec.extras[out.node] = out[1]
-    return out if wanted else out[0]
+def _with_indices_forward(position):
+    """The graph form of a max pool whose ``return_indices`` is parameter ``position``: recorded
+    with its indices, which its rule reads (``ctx.extra``)."""
+    def forward(rec, op, args, kwargs):
+        kwargs = dict(kwargs)
+        wanted = kwargs.pop("return_indices", args[position] if len(args) > position else False)
+        out = rec.create_proxy("call", op, tuple(args[:position]), {**kwargs, "return_indices": True})
+        rec.extras[out.node] = out[1]
+        return out if wanted else out[0]
+    return forward
 
 
 def _dropout_forward(rec, op, args, kwargs):
@@ -297,7 +300,8 @@ def _dropout_forward(rec, op, args, kwargs):
     return rec.create_proxy("call", _mul, (x, mask), {})
 
 
-_FORWARDS = {get_op("max_pool2d"): _max_pool_forward, get_op("dropout"): _dropout_forward,
+_FORWARDS = {get_op("max_pool2d"): _with_indices_forward(6), get_op("max_pool1d"): _with_indices_forward(6),
+             get_op("adaptive_max_pool2d"): _with_indices_forward(2), get_op("dropout"): _dropout_forward,
              get_op("dropout2d"): _dropout_forward}
 
 

@@ -4,8 +4,10 @@
 maker, batch dims); ``NAMES`` lists all 26 in order; ``FAST`` is the
 representative subset the unmarked tests use (a plain convnet, a
 depthwise/squeeze-excite convnet, a masked encoder and a causal decoder).
-``build`` needs torch and the three libraries (the ``oracle`` extra; this
-module imports none of them, so a test can call ``require_libraries`` first);
+``build`` also builds the vision generality set (`generality_vision`: models
+outside this list that check the import is not built for it). ``build`` needs
+torch and the three libraries (the ``oracle`` extra; this module imports none
+of them, so a test can call ``require_libraries`` first);
 torchvision is imported through ``torchvision_import`` (see there why).
 """
 import functools
@@ -27,9 +29,12 @@ FAST = ("torchvision/resnet18", "torchvision/mobilenet_v3_small", "transformers/
 @functools.lru_cache(maxsize=None)
 def build(name):
     """The corpus model ``name`` ("library/arch"), built once per process."""
+    from tests.corpus import generality_vision
+
     library, _, arch = name.partition("/")
-    if name not in NAMES:
-        raise KeyError(f"unknown corpus model {name!r}; known: {', '.join(NAMES)}")
+    if name not in NAMES and name not in generality_vision.NAMES:
+        raise KeyError(f"unknown corpus model {name!r}; known: {', '.join(NAMES)} "
+                       f"and the generality set's {', '.join(generality_vision.NAMES)}")
     if library == "torchvision":
         from tests.corpus.vision import build_torchvision
         return build_torchvision(arch)

@@ -94,10 +94,13 @@ def flatten_outputs(value):
 
 
 def image_inputs(channels, size):
-    """A ``make_inputs`` for one NCHW float image batch."""
+    """A ``make_inputs`` for one float image batch: NCHW for an int ``size``, N C *size for a tuple
+    (``(frames, height, width)`` for a video model)."""
+    spatial = (size, size) if isinstance(size, int) else tuple(size)
+
     def make(batch, seed):
         generator = torch.Generator().manual_seed(seed)
-        return (torch.randn(batch, channels, size, size, generator=generator),)
+        return (torch.randn(batch, channels, *spatial, generator=generator),)
     return make
 
 

@@ -1,17 +1,18 @@
 """The corpus builds every model with outputs that mean something (finite, ordinary, input-dependent)."""
 import pytest
 
-from tests.corpus import FAST, NAMES, build, require_libraries
+from tests.corpus import FAST, NAMES, build, generality_vision, require_libraries
 
 require_libraries()
 import torch  # noqa: E402
 
 from tests.corpus.entry import check_distinct  # noqa: E402
 
-SLOW = [pytest.param(name, marks=pytest.mark.corpus) for name in NAMES if name not in FAST]
+SLOW = [pytest.param(name, marks=pytest.mark.corpus) for name in NAMES + generality_vision.NAMES
+        if name not in FAST + generality_vision.FAST]
 
 
-@pytest.mark.parametrize("name", list(FAST) + SLOW)
+@pytest.mark.parametrize("name", list(FAST + generality_vision.FAST) + SLOW)
 def test_outputs_are_non_degenerate(name):
     entry = build(name)
     assert not entry.model.training

@@ -9,6 +9,7 @@ import inspect
 
 import torch
 
+from tests.corpus import generality_vision
 from tests.corpus.entry import CorpusModel, image_inputs, make_nondegenerate
 from tests.corpus.torchvision_import import import_torchvision
 
@@ -48,12 +49,25 @@ def _finish(name, model, size):
     return CorpusModel(name, model, make_inputs, (0,), names)
 
 
+def _size(arch, corpus, generality):
+    """The input size and keyword arguments of ``arch`` from the corpus table or the generality set's."""
+    if arch in corpus:
+        return corpus[arch]
+    (channels, *spatial), kwargs = generality[arch]
+    return tuple(spatial), kwargs
+
+
 def build_torchvision(arch):
-    """torchvision.models.<arch>(weights=None) at its corpus input size."""
-    size, kwargs = TORCHVISION[arch]
-    models = import_torchvision().models
+    """torchvision.models.<arch>(weights=None) at its corpus input size.
+
+    ``arch`` may name a submodule's model (``"segmentation.fcn_resnet50"``, ``"video.r3d_18"``).
+    """
+    size, kwargs = _size(arch, TORCHVISION, generality_vision.TORCHVISION)
+    builder = import_torchvision().models
+    for part in arch.split("."):
+        builder = getattr(builder, part)
     torch.manual_seed(0)
-    return _finish(f"torchvision/{arch}", getattr(models, arch)(weights=None, **kwargs), size)
+    return _finish(f"torchvision/{arch}", builder(weights=None, **kwargs), size)
 
 
 def build_timm(arch):
@@ -61,6 +75,6 @@ def build_timm(arch):
     import_torchvision()  # NOTE: timm imports torchvision; it must come in through the shim first
     import timm
 
-    size, kwargs = TIMM[arch]
+    size, kwargs = _size(arch, TIMM, generality_vision.TIMM)
     torch.manual_seed(0)
     return _finish(f"timm/{arch}", timm.create_model(arch, pretrained=False, **kwargs), size)

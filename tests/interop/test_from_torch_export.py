@@ -138,6 +138,16 @@ def test_convnet_with_batch_norm_keeps_composites_whole():
         assert C.compare(model, gm, (C.random(batch, 3, 16, 16, seed=batch),)) < TOLERANCE
 
 
+def test_vision_ops_come_in_whole_at_two_batch_sizes():
+    model = C.VisionOps().eval()
+    gm = _import(model, (C.random(2, 48),), ({0: N},))
+    targets = {n.target.name for n in gm.graph.nodes if n.op == "call" and hasattr(n.target, "name")}
+    assert {"pixel_shuffle", "pixel_unshuffle", "var_mean", "std_mean", "isinf", "isfinite", "glu", "max_pool1d",
+            "avg_pool1d", "unfold"} <= targets
+    for batch in (2, 5):
+        assert C.compare(model, gm, (C.random(batch, 48, seed=batch),)) < TOLERANCE
+
+
 def test_a_tree_of_standard_layers_keeps_the_layer_route():
     model = tnn.Sequential(tnn.Linear(4, 8), tnn.ReLU(), tnn.Linear(8, 2)).eval()
     converted = fxkit.from_torch(model, (C.random(3, 4),))

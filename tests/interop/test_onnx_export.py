@@ -160,8 +160,20 @@ def _attention(x, y):
             sdpa(q[:, :, :2], k, k, enable_gqa=True, is_causal=True))
 
 
+def _vision_extras(x, y):
+    n = x.shape[0]
+    spread, mean = fxkit.var_mean(x, 1, correction=0)
+    deviation, average = fxkit.std_mean(x, (1, 2), keepdim=True)
+    infinite = x / (y > 0).float()  # +-inf where y <= 0, nan where x is 0 too
+    image = x.reshape(n, 4, 3, 1)
+    return (F.pixel_shuffle(image, 2), F.pixel_unshuffle(F.pixel_shuffle(image, 2), 2), F.glu(x, -1), F.glu(y, 2),
+            F.max_pool1d(x, 2), F.max_pool1d(y, 3, 1, 1, ceil_mode=True), F.avg_pool1d(x, 3, 1, 1),
+            F.avg_pool1d(y, 2, 2, 1, True, False), spread, mean, deviation, average, infinite.isinf(),
+            infinite.isfinite(), x.unfold(2, 3, 1), y.unfold(1, 2, 1))
+
+
 OP_MODELS = [_arithmetic, _unary, _compare_select, _division, _reductions, _shapes, _indexing, _matmuls,
-             _activations_sorts_norms, _attention]
+             _activations_sorts_norms, _attention, _vision_extras]
 
 
 @pytest.mark.parametrize("fn", OP_MODELS, ids=lambda f: f.__name__.strip("_"))

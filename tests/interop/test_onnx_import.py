@@ -223,3 +223,33 @@ def test_onnx_activation_norm_and_topk_nodes_import():
         pytest.skip(f"onnxruntime cannot run opset {opset} here: {exc}")
     for i, (a, e) in enumerate(zip(as_tuple(gm(x)), expected)):
         np.testing.assert_allclose(a.numpy(), e, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+
+
+def test_onnx_depth_space_isinf_and_1d_pool_nodes_import():
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("DepthToSpace", ["x"], ["crd"], blocksize=2, mode="CRD"),
+             helper.make_node("DepthToSpace", ["x"], ["dcr"], blocksize=2, mode="DCR"),
+             helper.make_node("SpaceToDepth", ["x"], ["s2d"], blocksize=2),
+             helper.make_node("IsInf", ["x"], ["inf"]),
+             helper.make_node("IsInf", ["x"], ["neg_inf"], detect_positive=0),
+             helper.make_node("IsInf", ["x"], ["pos_inf"], detect_negative=0),
+             helper.make_node("Reshape", ["x", "rows"], ["rows_x"]),
+             helper.make_node("MaxPool", ["rows_x"], ["max1d"], kernel_shape=[3], strides=[2], pads=[1, 1]),
+             helper.make_node("AveragePool", ["rows_x"], ["avg1d"], kernel_shape=[2], count_include_pad=1)]
+    outputs = [helper.make_tensor_value_info("crd", TensorProto.FLOAT, ["N", 2, 8, 12]),
+               helper.make_tensor_value_info("dcr", TensorProto.FLOAT, ["N", 2, 8, 12]),
+               helper.make_tensor_value_info("s2d", TensorProto.FLOAT, ["N", 32, 2, 3])]
+    outputs += [helper.make_tensor_value_info(n, TensorProto.BOOL, ["N", 8, 4, 6]) for n in
+                ("inf", "neg_inf", "pos_inf")]
+    outputs += [helper.make_tensor_value_info("max1d", TensorProto.FLOAT, ["N", 8, 12]),
+                helper.make_tensor_value_info("avg1d", TensorProto.FLOAT, ["N", 8, 12])]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 4, 6])], outputs,
+                   [("rows", np.array([0, 8, 24], np.int64))])
+    x = rng.standard_normal((3, 8, 4, 6)).astype(np.float32)
+    x.flat[::7], x.flat[3::11] = np.inf, -np.inf
+    gm = fxkit.from_onnx(proto)
+    targets = {n.target.name for n in gm.graph.nodes if n.op == "call" and hasattr(n.target, "name")}
+    assert {"pixel_shuffle", "pixel_unshuffle", "isinf", "max_pool1d", "avg_pool1d"} <= targets
+    expected = run_onnxruntime(proto, (fxkit.from_numpy(x),))
+    for i, (a, e) in enumerate(zip(as_tuple(gm(fxkit.from_numpy(x))), expected)):
+        np.testing.assert_array_equal(a.numpy(), e, err_msg=f"output {i}")

@@ -102,6 +102,32 @@ class ConvNet(tnn.Module):
         return self.head(y.view(y.size(0), -1)).log_softmax(dim=1)
 
 
+class VisionOps(tnn.Module):
+    """The ATen ops vision models bring in that torch would otherwise decompose: pixel_shuffle and
+    pixel_unshuffle (sub-pixel convolutions), var_mean and batch_norm without running statistics
+    (timm's weight standardisation), 1-D pools, glu, and isinf/isfinite (masking non-finite values);
+    and the dtype of an item of a multi-output op (``unbind(...)[0]``) read by ``type_as``."""
+
+    def forward(self, x):
+        n = x.shape[0]
+        image = x.reshape(n, 8, 2, 3)
+        spread, mean = torch.var_mean(x, dim=1, keepdim=True, correction=0)
+        normalized = (x - mean) / (spread + 1e-5).sqrt()
+        deviation, _ = torch.std_mean(x, dim=(1,))
+        ratio = x / (x > -0.5).float()  # +-inf where x <= -0.5
+        cleaned = torch.where(torch.isfinite(ratio), ratio, torch.zeros_like(ratio)) + torch.isinf(ratio).float()
+        rows = x.reshape(n, 4, 12)
+        # timm's weight standardisation: batch statistics with no running ones, in an eval-mode model
+        standardized = tnn.functional.batch_norm(rows, None, None, training=True, momentum=0.0, eps=1e-5)
+        first, second = x.reshape(n, 2, 24).unbind(1)
+        typed = torch.cat([first[:, :4], second[:, 4:]], 1).type_as(second)  # eva's rope: dtype of an item
+        windows = rows.unfold(2, 4, 3).unfold(1, 2, 2)  # halo attention's blocks
+        return (standardized, typed, windows, tnn.functional.pixel_shuffle(image, 2), tnn.functional.pixel_unshuffle(image.reshape(n, 2, 4, 6), 2),
+                normalized, deviation, cleaned, tnn.functional.glu(rows, dim=1),
+                tnn.functional.max_pool1d(rows, 3, 2, 1), tnn.functional.avg_pool1d(rows, 2),
+                tnn.functional.max_pool1d(rows, 2, return_indices=True)[1])
+
+
 def randomize_batch_norm(module, seed=0):
     """Non-trivial running statistics, so BatchNorm is really tested."""
     generator = torch.Generator().manual_seed(seed)

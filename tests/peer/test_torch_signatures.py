@@ -18,6 +18,8 @@ ALLOWED = {
                "has one 'operands' parameter holding them, so a graph node's args stay flat"),
     "max_pool2d": ("return_indices is F.max_pool2d's argument (a Python dispatcher between aten::max_pool2d and "
                    "max_pool2d_with_indices); fxkit's one op takes it as F does"),
+    "max_pool1d": ("return_indices is F.max_pool1d's argument (a Python dispatcher between aten::max_pool1d and "
+                   "max_pool1d_with_indices); fxkit's one op takes it as F does"),
     "adaptive_max_pool2d": ("return_indices is F.adaptive_max_pool2d's argument (a Python dispatcher between "
                             "aten::adaptive_max_pool2d and its with-indices form); fxkit's one op takes it as F does"),
     "max": ("torch.max is three ATen overloads (max(input), max.dim(input, dim, keepdim), max.other(input, "
@@ -26,6 +28,12 @@ ALLOWED = {
             "other)); fxkit's one op takes min.dim's parameters and min.other's 'other' by keyword"),
     "var": ("torch.var is ATen's var.dim(input, dim, unbiased, keepdim) and var.correction(input, dim, *, "
             "correction, keepdim) overloads; fxkit's one op takes var.dim's parameters and 'correction' by keyword"),
+    "var_mean": ("torch.var_mean is ATen's var_mean(input, unbiased), var_mean.dim(input, dim, unbiased, keepdim) "
+                 "and var_mean.correction(input, dim, *, correction, keepdim) overloads; fxkit's one op takes "
+                 "var_mean.dim's parameters and 'correction' by keyword, as var does"),
+    "std_mean": ("torch.std_mean is ATen's std_mean(input, unbiased), std_mean.dim(input, dim, unbiased, keepdim) "
+                 "and std_mean.correction(input, dim, *, correction, keepdim) overloads; fxkit's one op takes "
+                 "std_mean.dim's parameters and 'correction' by keyword, as std does"),
     "scatter": ("torch.scatter is ATen's scatter.src(input, dim, index, src), scatter.value(input, dim, index, "
                 "value) and their reduce= forms; fxkit's one op takes src or value, and reduce, by keyword"),
     "to": ("Tensor.to is ATen's to.dtype(input, dtype, non_blocking, copy), to.device(input, device, dtype, ...) "

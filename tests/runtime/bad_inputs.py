@@ -33,6 +33,8 @@ _TORCH_SPECIAL = {
     "getitem": lambda torch: operator.getitem,
     "setitem": lambda torch: _torch_setitem,
     "numpy_T": lambda torch: lambda a: a.T,
+    # fxkit's unfold is Tensor.unfold (sliding windows); F.unfold is im2col, another operation
+    "unfold": lambda torch: lambda a, *args, **kwargs: a.unfold(*args, **kwargs),
     **{f"math_{name}": (lambda torch, name=name: getattr(math, name))
        for name in ("sqrt", "floor", "ceil", "trunc", "exp", "log2", "log10", "fabs", "log", "pow", "gcd", "isqrt")},
 }

@@ -47,7 +47,8 @@ def _alternating(n):
 # id -> (op name, make(v) -> (args, kwargs)); arrays in args are the op's tensor inputs.
 CASES = {name: (name, lambda v: ((v,), {})) for name in (
     "neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "rsqrt", "reciprocal",
-    "sigmoid", "silu", "relu", "leaky_relu", "floor", "ceil", "sign", "logical_not", "isnan", "relu6",
+    "sigmoid", "silu", "relu", "leaky_relu", "floor", "ceil", "sign", "logical_not", "isnan", "isinf", "isfinite",
+    "relu6",
     "hardsigmoid", "hardswish", "mish")}
 CASES.update({name: (name, lambda v: (_pairs(v), {})) for name in (
     "add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt",

@@ -100,7 +100,8 @@ def test_compiled_gradient_graph_equals_eager_autograd(name, backend):
 
 class _ManyOps(nn.Module):
     """Rules beyond the zoo's: extrema and ties, norms, cat/stack/chunk, advanced indexing,
-    embedding (its rule writes with setitem), layer norm, losses, pointwise functions."""
+    embedding (its rule writes with setitem), layer norm, losses, pointwise functions, max_pool1d
+    and adaptive_max_pool2d (recorded with their indices), glu and var_mean."""
 
     def __init__(self):
         super().__init__()
@@ -118,6 +119,9 @@ class _ManyOps(nn.Module):
         y = y + fxkit.where(x > 0, self.w, self.v * 2) + a * b + F.mse_loss(xv, x)
         y = y + F.cross_entropy(xw, idx[:, 1] % 2) + xw[[0, 2]].sum()
         y = y + (self.v.exp() / (1 + self.w.abs())).log1p().sqrt() + self.w.pow(2) + (self.w * self.v).tanh().sigmoid()
+        spread, mean = fxkit.var_mean(xw, 1, keepdim=True)
+        y = y + F.max_pool1d(xw.unsqueeze(0), 2, 1).squeeze(0) + F.glu(xv, 1) + spread + mean
+        y = y + F.adaptive_max_pool2d(xv.unsqueeze(0), (3, 1)).squeeze(0)
         return y.relu().clamp(max=3.0)
 
 

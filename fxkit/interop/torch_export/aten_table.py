@@ -66,9 +66,14 @@ def _hardtanh(c, x, low=-1.0, high=1.0):
 
 
 def _convolution(c, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    spatial = c.rank(w) - 2  # the weight's rank tells the dims, batched input or not
+    if spatial not in ((2,) if transposed else (1, 2)):
+        kind = f"{spatial}-D {'transposed ' if transposed else ''}convolution"
+        raise NotImplementedError(f"a {kind} has no fxkit registry op (fxkit has conv1d, conv2d and "
+                                  f"conv_transpose2d)")
     if transposed:
         return c("conv_transpose2d", x, w, b, stride, padding, output_padding, groups, dilation)
-    return c("conv1d" if c.rank(x) == 3 else "conv2d", x, w, b, stride, padding, dilation, groups)
+    return c("conv1d" if spatial == 1 else "conv2d", x, w, b, stride, padding, dilation, groups)
 
 
 def _index(c, x, indices):
@@ -77,6 +82,12 @@ def _index(c, x, indices):
 
 def _bn_no_training(c, x, weight, bias, mean, var, momentum, eps):
     return c("batch_norm", x, mean, var, weight, bias, False, momentum, eps), None, None
+
+
+def _bn_no_stats(c, x, weight, bias, training, momentum, eps):
+    """Batch statistics without running ones (``F.batch_norm(w, None, None, training=True)``: timm's
+    weight-standardised convolutions); the saved mean and inverse std are for backward only."""
+    return c("batch_norm", x, None, None, weight, bias, True, momentum, eps), None, None
 
 
 def _factory(name):
@@ -165,6 +176,8 @@ ATEN = {
     "aten.masked_fill.Scalar":          "masked_fill",
     "aten.masked_fill.Tensor":          "masked_fill",
     "aten.isnan.default":               "isnan",
+    "aten.isinf.default":               "isinf",
+    "aten.isfinite.default":            "isfinite",
     # -- comparisons and logic ------------------------------------------------------------
     "aten.eq.Tensor":                   "eq",
     "aten.eq.Scalar":                   "eq",
@@ -200,6 +213,7 @@ ATEN = {
     "aten.hardswish.default":           "hardswish",
     "aten.hardsigmoid.default":         "hardsigmoid",
     "aten.mish.default":                "mish",
+    "aten.glu.default":                 "glu",
     "aten.softmax.int":                 "softmax",
     "aten._softmax.default":            lambda c, x, dim, half_to_float: c("softmax", x, dim),
     "aten.log_softmax.int":             "log_softmax",
@@ -227,6 +241,12 @@ ATEN = {
     "aten.all.dim":                     "all",
     "aten.var.correction":              "var",
     "aten.std.correction":              "std",
+    "aten.var.dim":                     "var",
+    "aten.std.dim":                     "std",
+    "aten.var_mean.correction":         "var_mean",
+    "aten.std_mean.correction":         "std_mean",
+    "aten.var_mean.dim":                "var_mean",
+    "aten.std_mean.dim":                "std_mean",
     "aten.logsumexp.default":           "logsumexp",
     "aten.linalg_vector_norm.default":  lambda c, x, ord=2, dim=None, keepdim=False, dtype=None:
                                             c("norm", x, ord, dim, keepdim, dtype=dtype),
@@ -251,6 +271,10 @@ ATEN = {
     "aten.conv2d.default":              "conv2d",
     "aten.conv_transpose2d.input":      "conv_transpose2d",
     "aten.convolution.default":         _convolution,
+    "aten.max_pool1d.default":          "max_pool1d",
+    "aten.max_pool1d_with_indices.default": lambda c, x, kernel, stride=(), padding=0, dilation=1, ceil=False:
+                                            c("max_pool1d", x, kernel, stride or None, padding, dilation, ceil, True),
+    "aten.avg_pool1d.default":          "avg_pool1d",
     "aten.max_pool2d.default":          "max_pool2d",
     "aten.max_pool2d_with_indices.default": lambda c, x, kernel, stride=(), padding=0, dilation=1, ceil=False:
                                             c("max_pool2d", x, kernel, stride or None, padding, dilation, ceil, True),
@@ -261,6 +285,7 @@ ATEN = {
     "aten.batch_norm.default":          lambda c, x, w, b, mean, var, training, momentum, eps, cudnn:
                                             c("batch_norm", x, mean, var, w, b, training, momentum, eps),
     "aten._native_batch_norm_legit_no_training.default": _bn_no_training,
+    "aten._native_batch_norm_legit.no_stats": _bn_no_stats,
     "aten.layer_norm.default":          lambda c, x, shape, w=None, b=None, eps=1e-5, cudnn=True:
                                             c("layer_norm", x, shape, w, b, eps),
     "aten.group_norm.default":          lambda c, x, groups, w=None, b=None, eps=1e-5, cudnn=True:
@@ -284,6 +309,8 @@ ATEN = {
                                             c("interpolate", x, size, scales, "bicubic", align),
     "aten.upsample_trilinear3d.vec":    lambda c, x, size, align, scales:
                                             c("interpolate", x, size, scales, "trilinear", align),
+    "aten.pixel_shuffle.default":       "pixel_shuffle",
+    "aten.pixel_unshuffle.default":     "pixel_unshuffle",
     "aten.constant_pad_nd.default":     lambda c, x, pad, value=0: c("pad", x, pad, "constant", value),
     "aten.pad.default":                 "pad",
     # -- views and layout ---------------------------------------------------------------------
@@ -305,6 +332,7 @@ ATEN = {
     "aten.slice.Tensor":                _slice,
     "aten.select.int":                  lambda c, x, dim, index: c("getitem", x, _at(dim, index)),
     "aten.narrow.default":              "narrow",
+    "aten.unfold.default":              "unfold",
     "aten.index.Tensor":                _index,
     "aten.index_select.default":        "index_select",
     "aten.gather.default":              lambda c, x, dim, index, sparse_grad=False: c("gather", x, dim, index),

@@ -162,7 +162,8 @@ class Converter:
         args, kwargs = self._arg(n.args), self._arg(n.kwargs)
         if spelling == "_operator.getitem" or spelling == "operator.getitem":
             base, index = args
-            return base[index] if isinstance(base, (tuple, list)) else self.record(get_op("getitem"), args, {})
+            result = base[index] if isinstance(base, (tuple, list)) else self.record(get_op("getitem"), args, {})
+            return self._remember(result, n.meta.get("val"))
         body = next((a for a in args if isinstance(a, _Body)), None)
         if body is not None and _inlined(spelling, args):
             return self._inline(body.module, args[args.index(body) + 1:])
@@ -180,9 +181,13 @@ class Converter:
             raise GraphError(format_error(
                 f"fxkit.from_torch: cannot convert {n.format_node()}: {type(exc).__name__}: {exc}",
                 where=self._where, hint=f"check the rule of {spelling} in {_TABLE_FILE}")) from exc
-        val = n.meta.get("val")
+        return self._remember(result, n.meta.get("val"))
+
+    def _remember(self, result, val):
+        """Keep torch's value ``val`` of each node in ``result`` (for ``c.rank``, ``c.shape``, ``c.dtype``
+        of later rules, e.g. ``type_as`` reading an item of ``unbind``); returns ``result``."""
         if isinstance(val, self.torch.Tensor) and result is not None and not isinstance(result, (tuple, list)):
-            self.vals[result] = val
+            self.vals.setdefault(result, val)
         elif isinstance(result, (tuple, list)) and isinstance(val, (tuple, list)):
             for r, v in zip(result, val):
                 if r is not None and isinstance(v, self.torch.Tensor):

@@ -6,12 +6,14 @@ conv2d's input gradient is a transposed convolution of the output's gradient
 with a height of one, conv_transpose2d swaps the two roles. max_pool2d and adaptive_max_pool2d send
 each gradient to the input element it picked, by the indices a recording
 forward keeps. avg_pool2d spreads each gradient over its window (a
-transposed convolution with a kernel of ones). adaptive_avg_pool2d and
+transposed convolution with a kernel of ones); the 1-D pools reuse these over a
+height of one. adaptive_avg_pool2d and
 interpolate are separable linear maps (``R @ x @ C`` for images); their gradient
 applies the transposes, which the op itself computes when run on identity images.
 """
 from fxkit.runtime.autograd.backward_ops import conv_pads
 from fxkit.runtime.autograd.function import defgrad
+from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.conv import ntuple
 from fxkit.runtime.registry import get_op
 
@@ -141,6 +143,26 @@ def _adaptive_max_forward(op, args, kwargs):
 @defgrad("adaptive_max_pool2d", forward=_adaptive_max_forward)
 def _adaptive_max_pool2d(ctx, g, input, output_size, return_indices=False):
     return _spread_to_indices(g[0] if return_indices else g, ctx.extra, input)
+
+
+@defgrad("max_pool1d", forward=_max_pool_forward)
+def _max_pool1d(ctx, g, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                return_indices=False):
+    # NOTE: the indices count along L, the last axis: one summing scatter puts every gradient back.
+    planes = _zeros(tuple(input.shape), dtype=g[0].dtype if return_indices else g.dtype, device=ctx.extra.device)
+    return _scatter_add(planes, -1, ctx.extra, g[0] if return_indices else g)
+
+
+@defgrad("avg_pool1d")
+def _avg_pool1d_grad(ctx, g, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """avg_pool2d's gradient over a height of one."""
+    tall = TensorMeta(tuple(input.shape[:-1]) + (1, input.shape[-1]), input.dtype, input.device)
+    kernel = ntuple(kernel_size, 1, "avg_pool1d", "kernel_size")[0]
+    step = kernel if stride is None or stride == () or stride == [] else ntuple(stride, 1, "avg_pool1d", "stride")[0]
+    pad = ntuple(padding, 1, "avg_pool1d", "padding")[0]
+    grad = _avg_pool2d_grad(ctx, g.unsqueeze(-2), tall, (1, kernel), (1, step), (0, pad), ceil_mode,
+                            count_include_pad)
+    return grad.squeeze(-2)
 
 
 @defgrad("avg_pool2d")

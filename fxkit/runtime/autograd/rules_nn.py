@@ -1,5 +1,5 @@
-"""Derivative rules of normalisation (batch, layer, group, instance, RMS), dropout and embedding
-(PyTorch's formulas).
+"""Derivative rules of normalisation (batch, layer, group, instance, RMS), dropout, embedding
+and the gated linear unit (PyTorch's formulas).
 
 The normalisations recompute their statistics from the saved input instead of
 keeping them: one pass over the input against a second full-size saved tensor.
@@ -17,6 +17,7 @@ from fxkit.runtime.ops.norm_ops import rms_eps
 from fxkit.runtime.registry import get_op
 from fxkit.runtime.tensor import Tensor
 
+_cat = get_op("cat")
 _index_add = get_op("index_add")
 _ones = get_op("ones")
 _zeros = get_op("zeros")
@@ -189,3 +190,10 @@ def _rms_norm(ctx, g, input, normalized_shape, weight=None, eps=None):
     if weight is not None and ctx.needs(weight):
         gw = (g * input * inv_rms).sum(lead) if lead else g * input * inv_rms
     return gx, None, gw
+
+
+@defgrad("glu", saves=("input",))
+def _glu(ctx, g, input, dim=-1):  # noqa: A002
+    first, second = input.chunk(2, dim)
+    gate = second.sigmoid()
+    return _cat([g * gate, g * first * gate * (1.0 - gate)], dim)

@@ -2,7 +2,7 @@
 from fxkit.runtime.autograd.function import nondifferentiable
 
 nondifferentiable("it returns bool; compare without tracking gradients", "eq", "ne", "lt", "le", "gt", "ge",
-                  "isnan", "logical_and", "logical_or", "logical_xor", "logical_not")
+                  "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_xor", "logical_not")
 nondifferentiable("it works on integer or bool tensors", "bitwise_and", "bitwise_or", "bitwise_xor",
                   "bitwise_not", "one_hot", "bitwise_left_shift", "bitwise_right_shift")
 nondifferentiable("it returns integer indices", "argmax", "argmin", "argsort")

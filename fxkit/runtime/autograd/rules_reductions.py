@@ -125,6 +125,23 @@ def _std(ctx, g, input, dim=None, unbiased=None, keepdim=False, *, correction=No
     return _where(std == 0, 0.0, unreduce(g, input.shape, dim, keepdim) * centered / (std * n))
 
 
+@defgrad("var_mean", saves=("input",))
+def _var_mean(ctx, g, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    centered, dim, n = _variance_grad(input, dim, unbiased, correction, "var_mean")
+    g_var, g_mean = g
+    return (unreduce(g_var, input.shape, dim, keepdim) * centered * (2.0 / n)
+            + unreduce(g_mean, input.shape, dim, keepdim) / reduced_count(input.shape, dim))
+
+
+@defgrad("std_mean", saves=("input",), out=True)
+def _std_mean(ctx, g, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    centered, dim, n = _variance_grad(input, dim, unbiased, correction, "std_mean")
+    g_std, g_mean = g
+    std = unreduce(ctx.out[0], input.shape, dim, keepdim)
+    spread = _where(std == 0, 0.0, unreduce(g_std, input.shape, dim, keepdim) * centered / (std * n))
+    return spread + unreduce(g_mean, input.shape, dim, keepdim) / reduced_count(input.shape, dim)
+
+
 @defgrad("norm", saves=("input",), out=True)
 def _norm(ctx, g, input, p="fro", dim=None, keepdim=False, dtype=None):  # noqa: A002
     if dtype is not None:

@@ -1,11 +1,13 @@
 """Derivative rules of the view and rearranging ops: each maps the output's gradient
 back onto the input's layout (reshape back, inverse permutation, sum over repeats
-and broadcast dims, split what cat joined, crop what pad added).
+and broadcast dims, split what cat joined, crop what pad added, unshuffle what
+pixel_shuffle shuffled).
 """
 from fxkit.runtime.autograd.function import defgrad
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.rearrange import cat_layout, pad_layout
 from fxkit.runtime.ops.shape_ops import positional_or_keyword, shape_arg
+from fxkit.runtime.ops.unfold import window_layout
 from fxkit.runtime.registry import get_op
 
 _cat = get_op("cat")
@@ -14,6 +16,8 @@ _zeros = get_op("zeros")
 _arange = get_op("arange")
 _index_add = get_op("index_add")
 _stack_op = get_op("stack")
+_pixel_shuffle_op = get_op("pixel_shuffle")
+_pixel_unshuffle_op = get_op("pixel_unshuffle")
 
 
 def _reshape_back(name):
@@ -26,6 +30,29 @@ def _reshape_back(name):
 
 for _name in ("view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze", "contiguous"):
     _reshape_back(_name)
+
+
+@defgrad("unfold")
+def _unfold(ctx, g, input, dimension, size, step):  # noqa: A002
+    """Each window's gradient added back where the window was cut, one window element at a time."""
+    if not input.shape:
+        return g.reshape(())
+    axis, windows = window_layout(tuple(input.shape), dimension, size, step)
+    starts = _arange(windows, device=g.device) * step
+    out = _zeros(tuple(input.shape), dtype=g.dtype, device=g.device)
+    for k in range(size):
+        out = _index_add(out, axis, starts + k, g[..., k])
+    return out
+
+
+@defgrad("pixel_shuffle")
+def _pixel_shuffle(ctx, g, input, upscale_factor):  # noqa: A002
+    return _pixel_unshuffle_op(g, upscale_factor)
+
+
+@defgrad("pixel_unshuffle")
+def _pixel_unshuffle(ctx, g, input, downscale_factor):  # noqa: A002
+    return _pixel_shuffle_op(g, downscale_factor)
 
 
 @defgrad("expand")

@@ -2,8 +2,8 @@
 
 Dtypes follow PyTorch: math functions and activations turn integer and bool
 tensors into float32 (``promote="float"``); ``neg``, ``abs``, ``relu``, ``sign``,
-``floor``, ``ceil``, ``round`` and ``clamp`` keep integer dtypes; ``isnan`` and
-``logical_not`` give bool. Impls made of several steps update one fresh buffer
+``floor``, ``ceil``, ``round`` and ``clamp`` keep integer dtypes; ``isnan``,
+``isinf``, ``isfinite`` and ``logical_not`` give bool. Impls made of several steps update one fresh buffer
 in place (``out = xp.negative(a); xp.exp(out, out=out)``) so an op allocates
 once, like a fused kernel would. bfloat16 counts as floating point (numpy's
 kind for it is ``'V'``) and runs those steps in float32, as half precision does.
@@ -356,6 +356,18 @@ def logical_not(xp, input):  # noqa: A002
 def isnan(xp, input):  # noqa: A002
     """Where ``a`` is NaN, as a bool tensor (all false for integer tensors)."""
     return xp.isnan(input)
+
+
+@op("isinf", kind="elementwise", promote="compare", template="isinf(a)")
+def isinf(xp, input):  # noqa: A002
+    """Where ``a`` is +inf or -inf, as a bool tensor (all false for integer tensors)."""
+    return xp.isinf(input)
+
+
+@op("isfinite", kind="elementwise", promote="compare", template="isfinite(a)")
+def isfinite(xp, input):  # noqa: A002
+    """Where ``a`` is neither NaN nor infinite, as a bool tensor (all true for integer tensors)."""
+    return xp.isfinite(input)
 
 
 @op("bitwise_not", kind="elementwise", promote="integer", template="~a")

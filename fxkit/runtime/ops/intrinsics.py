@@ -114,6 +114,8 @@ NUMPY = {
     "trunc": np.trunc,
     "abs": np.abs,
     "isnan": np.isnan,
+    "isinf": np.isinf,
+    "isfinite": np.isfinite,
     # selection; maximum and minimum propagate NaN
     "where": np.where,
     "maximum": np.maximum,

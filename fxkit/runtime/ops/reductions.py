@@ -317,6 +317,37 @@ def std(xp, input, dim=None, unbiased=None, keepdim=False, *, correction=None): 
     return _variance(xp, xp.std, "std", input, dim, unbiased, keepdim, correction)
 
 
+def _moments_rule(name):
+    single = _variance_rule(name)
+
+    def rule(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+        out = single(input, dim, unbiased, keepdim, correction=correction)
+        return out, out
+
+    return rule
+
+
+def _moments(xp, name, fn, input, dim, unbiased, keepdim, correction):
+    """``(fn(input), mean(input))`` over the same dims; the mean is numpy's, as `var` computes it."""
+    spread = _variance(xp, fn, name, input, dim, unbiased, keepdim, correction)
+    dim, _ = _ddof(name, dim, unbiased, correction)
+    wide = input if input.dtype.kind != BFLOAT16_KIND else input.astype(np.float32)
+    mean = xp.mean(wide, axis=normalize_dims(dim, input.ndim, name), keepdims=keepdim)
+    return spread, xp.asarray(mean).astype(spread.dtype, copy=False)
+
+
+@op("var_mean", kind="reduction", shape_rule=_moments_rule("var_mean"))
+def var_mean(xp, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    """``(var(input, ...), mean(input, dim, keepdim))`` in one call, as ``torch.var_mean``."""
+    return _moments(xp, "var_mean", xp.var, input, dim, unbiased, keepdim, correction)
+
+
+@op("std_mean", kind="reduction", shape_rule=_moments_rule("std_mean"))
+def std_mean(xp, input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    """``(std(input, ...), mean(input, dim, keepdim))`` in one call, as ``torch.std_mean``."""
+    return _moments(xp, "std_mean", xp.std, input, dim, unbiased, keepdim, correction)
+
+
 # -- norm ----------------------------------------------------------------------
 def _norm_dims(p, dim, ndim):
     """The axes ``norm`` reduces, following ``torch.norm``: a number or ``'fro'`` is a

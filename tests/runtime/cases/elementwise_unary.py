@@ -20,6 +20,15 @@ def _with_nan(rng, *shape, dtype=np.float32):
     return x
 
 
+def _with_inf(rng, *shape, dtype=np.float32):
+    """NaN, +inf and -inf among random values: what tells isinf from isfinite from isnan."""
+    x = randf(rng, *shape, dtype=dtype)
+    x.flat[::3] = np.inf
+    x.flat[1::4] = -np.inf
+    x.flat[2::5] = np.nan
+    return x
+
+
 def _with_zeros(rng, *shape):
     x = randf(rng, *shape)
     return np.where(rng.random(shape) < 0.4, 0, x).astype(np.float32)
@@ -223,6 +232,12 @@ case("logical_not", lambda r: _one(randi(r, 8)), np.logical_not, id="int64")
 case("isnan", lambda r: _one(_with_nan(r, 3, 4)), np.isnan)
 case("isnan", lambda r: _one(randi(r, 5)), np.isnan, id="int64")
 case("isnan", lambda r: _one(_with_nan(r, 7, dtype=np.float16)), np.isnan, id="float16")
+case("isinf", lambda r: _one(_with_inf(r, 3, 4)), np.isinf)
+case("isinf", lambda r: _one(randi(r, 5)), np.isinf, id="int64")
+case("isinf", lambda r: _one(_with_inf(r, 7, dtype=np.float16)), np.isinf, id="float16")
+case("isfinite", lambda r: _one(_with_inf(r, 3, 4)), np.isfinite)
+case("isfinite", lambda r: _one(randi(r, 5)), np.isfinite, id="int64")
+case("isfinite", lambda r: _one(r.random(6) < 0.5), np.isfinite, id="bool")
 case("bitwise_not", lambda r: _one(randi(r, 3, 4)), np.invert)
 case("bitwise_not", lambda r: _one(r.random(6) < 0.5), np.invert, id="bool")
 case("bitwise_not", lambda r: _one(randi(r, 6, low=0, high=255, dtype=np.uint8)), np.invert, id="uint8")

@@ -165,6 +165,14 @@ for _name in ("var", "std"):
     case(_name, lambda r: ((randf(r, 3, 6, dtype=np.float64),), {"dim": 1, "unbiased": True, "keepdim": True}),
          _torch(_name), id="torch_unbiased_float64")
 
+for _name in ("var_mean", "std_mean"):
+    case(_name, lambda r: ((randf(r, 3, 4),), {}), _torch(_name), id="torch_default")
+    case(_name, lambda r: ((randf(r, 3, 4, 5),), {"dim": (0, -1), "correction": 0, "keepdim": True}),
+         _torch(_name), id="torch_correction0_tuple")
+    case(_name, lambda r: ((randf(r, 4, 6).T, 1, False), {}), _torch(_name), id="torch_positional_unbiased")
+    case(_name, lambda r: ((randf(r, 3, 6, dtype=np.float64),), {"dim": [1], "correction": 2}), _torch(_name),
+         id="torch_correction2_float64")
+
 # -- logsumexp -------------------------------------------------------------------------
 
 
