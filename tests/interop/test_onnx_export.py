@@ -97,7 +97,8 @@ def _unary(x, y):
 
 def _compare_select(x, y):
     return (fxkit.where(x > y, x, y), x.masked_fill(x < 0, 0.5), x.clamp(-0.5, 0.5), x.clamp(min=y),
-            (x != y).float(), (x >= y) & (x <= 1.0), (x == x).logical_not(), fxkit.where(x > 0, x, 0.0))
+            (x != y).float(), (x >= y) & (x <= 1.0), (x == x).logical_not(), fxkit.where(x > 0, x, 0.0),
+            ~(x > y), fxkit.bitwise_not(x < y))
 
 
 def _division(x, y):
