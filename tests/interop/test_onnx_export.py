@@ -147,7 +147,8 @@ def _activations_sorts_norms(x, y):
     return (F.relu6(x * 4), F.hardswish(x * 4), F.hardsigmoid(x * 4), F.mish(x * 4), values, indices, small,
             small_at, ordered, order, x.argsort(1, descending=True), F.rms_norm(x, (4,)),
             F.rms_norm(x, (3, 4), y[0], eps=1e-3), F.instance_norm(x), F.instance_norm(x, weight=y[0, :, 0],
-                                                                                        bias=y[0, :, 1]))
+                                                                                        bias=y[0, :, 1]),
+            F.layer_norm(x, (4,), y[0, 0]) + 1.0)  # no bias: the optional input is left out
 
 
 def _attention(x, y):
