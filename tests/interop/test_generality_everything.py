@@ -14,7 +14,7 @@ import pytest
 from tests.corpus import require_libraries
 
 require_libraries()
-from tests.corpus.generality_text import GENERALITY  # noqa: E402
+from tests.corpus.generality_text import GENERALITY, build_generality  # noqa: E402
 from tests.interop import imported_battery as battery  # noqa: E402
 from tests.interop.test_generality_text import _imported  # noqa: E402
 
@@ -52,4 +52,4 @@ def test_onnx_export_runs_in_onnxruntime(name):
 
 @pytest.mark.parametrize("name", _params(GENERALITY))
 def test_grad_of_first_and_last_layer_matches_torch(name):
-    battery.check_grad_of_first_and_last_layer_matches_torch(*_imported(name))
+    battery.check_grad_of_first_and_last_layer_matches_torch(build_generality(name))

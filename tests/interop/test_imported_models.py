@@ -6,12 +6,12 @@ through the checks of tests/interop/imported_battery.py: shape inference with
 the symbolic batch, ``summary``, ``fuse_elementwise``, ``fxkit.compile`` with
 the numpy and numba backends, ``split_pipeline`` into 2 and 4 stages,
 ``fxkit.onnx.export`` run by onnxruntime, and ``fxkit.transforms.grad`` on the
-parameters of the first and last layers. ``FAST`` runs unmarked; the rest is
-marked ``corpus`` (``pytest -m corpus``).
+parameters of the first and last layers (of the float64 model, imported anew).
+``FAST`` runs unmarked; the rest is marked ``corpus`` (``pytest -m corpus``).
 """
 import pytest
 
-from tests.corpus import FAST, NAMES, require_libraries
+from tests.corpus import FAST, NAMES, build, require_libraries
 
 require_libraries()
 from tests.interop import imported_battery as battery  # noqa: E402
@@ -49,4 +49,4 @@ def test_onnx_export_runs_in_onnxruntime(name):
 
 @pytest.mark.parametrize("name", _params(NAMES))
 def test_grad_of_first_and_last_layer_matches_torch(name):
-    battery.check_grad_of_first_and_last_layer_matches_torch(*imported(name))
+    battery.check_grad_of_first_and_last_layer_matches_torch(build(name))
