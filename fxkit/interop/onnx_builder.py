@@ -96,8 +96,13 @@ class OnnxBuilder:
     def op(self, op_type, *inputs, outputs=1, domain="", **attrs):
         """Add a node; returns its output name (a list of names when ``outputs > 1``).
 
-        ``None`` inputs are optional inputs left out (written as ``""``).
+        ``None`` inputs are optional inputs left out: written as ``""`` between given
+        inputs and dropped at the end, as the spec allows (onnxruntime's optimizers
+        crash on a LayerNormalization whose bias is ``""``).
         """
+        inputs = list(inputs)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
         hint = f"{self.scope}/{op_type}" if self.scope else op_type
         outs = [self.fresh(hint if outputs == 1 else f"{hint}:{i}") for i in range(outputs)]
         attrs = {k: v for k, v in attrs.items() if v is not None}

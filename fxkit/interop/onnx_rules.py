@@ -73,7 +73,8 @@ _BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "pow": "Pow", "maximum": "M
            "eq": "Equal", "lt": "Less", "le": "LessOrEqual", "gt": "Greater", "ge": "GreaterOrEqual",
            "logical_and": "And", "logical_or": "Or", "logical_xor": "Xor",
            "bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}
-_BOOL_BITWISE = {"BitwiseAnd": "And", "BitwiseOr": "Or", "BitwiseXor": "Xor"}
+# NOTE: on bool the Bitwise* ops are the logical ones, which every opset has (Bitwise* needs opset 18)
+_BOOL_BITWISE = {"BitwiseAnd": "And", "BitwiseOr": "Or", "BitwiseXor": "Xor", "BitwiseNot": "Not"}
 _UNARY = {"neg": "Neg", "abs": "Abs", "exp": "Exp", "log": "Log", "sqrt": "Sqrt", "sin": "Sin", "cos": "Cos",
           "tanh": "Tanh", "erf": "Erf", "reciprocal": "Reciprocal", "sigmoid": "Sigmoid", "relu": "Relu",
           "sign": "Sign", "logical_not": "Not", "bitwise_not": "BitwiseNot", "isnan": "IsNaN"}
@@ -112,7 +113,10 @@ def _binary(b, op, a, out):
 @export_rule(*_UNARY)
 def _unary(b, op, a, out):
     x, = operands(b, op, out, a.input)
-    return b.op(_UNARY[op.name], x)
+    op_type = _UNARY[op.name]
+    if out.dtype is _dt.bool_:
+        op_type = _BOOL_BITWISE.get(op_type, op_type)
+    return b.op(op_type, x)
 
 
 @export_rule("isinf", "isfinite")

@@ -97,7 +97,8 @@ def _unary(x, y):
 
 def _compare_select(x, y):
     return (fxkit.where(x > y, x, y), x.masked_fill(x < 0, 0.5), x.clamp(-0.5, 0.5), x.clamp(min=y),
-            (x != y).float(), (x >= y) & (x <= 1.0), (x == x).logical_not(), fxkit.where(x > 0, x, 0.0))
+            (x != y).float(), (x >= y) & (x <= 1.0), (x == x).logical_not(), fxkit.where(x > 0, x, 0.0),
+            ~(x > y), fxkit.bitwise_not(x < y))
 
 
 def _division(x, y):
@@ -146,7 +147,8 @@ def _activations_sorts_norms(x, y):
     return (F.relu6(x * 4), F.hardswish(x * 4), F.hardsigmoid(x * 4), F.mish(x * 4), values, indices, small,
             small_at, ordered, order, x.argsort(1, descending=True), F.rms_norm(x, (4,)),
             F.rms_norm(x, (3, 4), y[0], eps=1e-3), F.instance_norm(x), F.instance_norm(x, weight=y[0, :, 0],
-                                                                                        bias=y[0, :, 1]))
+                                                                                        bias=y[0, :, 1]),
+            F.layer_norm(x, (4,), y[0, 0]) + 1.0)  # no bias: the optional input is left out
 
 
 def _attention(x, y):
