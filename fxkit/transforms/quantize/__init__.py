@@ -11,8 +11,8 @@ Quantization-aware training trains `prepare_qat`'s fake-quantized model with
 fxkit autograd before the same `convert`. `QConfig` and `QConfigMapping` say
 which observers watch which layers (`default_qconfig`: int8 everywhere;
 `per_channel_histogram_qconfig`: the most accurate for convolutional networks).
-`correct_bias`, between `calibrate` and `convert`, removes the mean shift
-quantization gives each layer's output (empirical bias correction).
+`round_weights` (GPTQ) and `correct_bias`, between `calibrate` and `convert`,
+make the int8 layers' outputs move less (docs/transforms/quantize.md).
 """
 from fxkit.transforms.quantize.bias_correction import correct_bias
 from fxkit.transforms.quantize.calibrate import calibrate
@@ -26,10 +26,11 @@ from fxkit.transforms.quantize.qat import enable_fake_quant, enable_observer, pr
 from fxkit.transforms.quantize.qconfig import (QConfig, QConfigMapping, default_qat_qconfig, default_qconfig,
                                                per_channel_histogram_qconfig, per_channel_qat_qconfig,
                                                per_channel_qconfig, x86_per_channel_qconfig, x86_qconfig)
+from fxkit.transforms.quantize.round_weights import round_weights
 
 __all__ = ["ConversionReport", "FakeQuantize", "FloatNode", "HistogramObserver", "MinMaxObserver",
            "MovingAverageMinMaxObserver", "ObserverBase", "PerChannelMinMaxObserver", "QConfig", "QConfigMapping",
            "QParams", "calibrate", "convert", "correct_bias", "default_qat_qconfig", "default_qconfig",
            "enable_fake_quant", "enable_observer", "fake_quantize", "per_channel_histogram_qconfig",
-           "per_channel_qat_qconfig", "per_channel_qconfig", "prepare", "prepare_qat", "quantize_dynamic",
+           "per_channel_qat_qconfig", "per_channel_qconfig", "prepare", "prepare_qat", "quantize_dynamic", "round_weights",
            "x86_per_channel_qconfig", "x86_qconfig"]

@@ -118,7 +118,7 @@ class _Twins(Interpreter):
             return super().run_node(n)
         weight = layer_parameters(self.module, n)["weight"]
         original = weight._data
-        weight._data = _quantized_weight(n.meta["quantize"]["qconfig"], weight)
+        weight._data = _quantized_weight(n.meta["quantize"], weight)
         try:
             return super().run_node(n)
         finally:
@@ -149,11 +149,11 @@ def _on_grid(value, scale, zero_point, quant_min, quant_max):
     return Tensor._make(((q - np.float32(zero_point)) * np.float32(scale)).astype(np.float32), value.device)
 
 
-def _quantized_weight(qconfig, weight):
+def _quantized_weight(info, weight):
     """The dequantized int8 weight `convert` will store for ``weight`` (same observer, same range)."""
-    observer = qconfig.weight()
+    observer = info["qconfig"].weight()
     observer(weight.detach())
-    scale, zero_point = observer.calculate_qparams()
+    scale, zero_point = info.get("weight_qparams") or observer.calculate_qparams()
     data = weight._data
     xp = weight.device.xp
     if observer.qscheme not in PER_TENSOR:
