@@ -32,5 +32,5 @@ __all__ = ["ConversionReport", "FakeQuantize", "FloatNode", "HistogramObserver",
            "MovingAverageMinMaxObserver", "ObserverBase", "PerChannelMinMaxObserver", "QConfig", "QConfigMapping",
            "QParams", "calibrate", "convert", "correct_bias", "default_qat_qconfig", "default_qconfig",
            "enable_fake_quant", "enable_observer", "fake_quantize", "per_channel_histogram_qconfig",
-           "per_channel_qat_qconfig", "per_channel_qconfig", "prepare", "prepare_qat", "quantize_dynamic", "round_weights",
-           "x86_per_channel_qconfig", "x86_qconfig"]
+           "per_channel_qat_qconfig", "per_channel_qconfig", "prepare", "prepare_qat", "quantize_dynamic",
+           "round_weights", "x86_per_channel_qconfig", "x86_qconfig"]
