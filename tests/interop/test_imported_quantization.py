@@ -26,11 +26,12 @@ import torch  # noqa: E402
 
 import fxkit  # noqa: E402
 from fxkit.runtime.ops.dynamic_quantized import dynamic_qparams  # noqa: E402
-from fxkit.transforms.quantize import (QConfigMapping, calibrate, convert, correct_bias,  # noqa: E402
+from fxkit.transforms.quantize import (QConfigMapping, calibrate, convert,  # noqa: E402
                                        per_channel_histogram_qconfig, prepare, quantize_dynamic, round_weights)
 from tests.interop.test_from_torch_corpus import imported  # noqa: E402
 
 IMAGES, CALIBRATION_BATCH = 64, 16
+REACHED = {"torchvision/resnet18": 0.875, "torchvision/mobilenet_v2": 0.42}  # static int8 top-1 agreement
 
 
 def _main(value):
@@ -148,10 +149,14 @@ def test_static_int8_top1_agreement_and_file_size(name, tmp_path):
     print(f"{name}: static int8 top-1 agreement {agreement:.4f} (PyTorch fbgemm PTQ: {reference:.4f}), "
           f"file ratio {ratio:.3f}")
     assert ratio <= 0.3
-    # NOTE: random weights leave the 1000 logits within a few percent of each other, so int8 noise
-    # reorders them: the 90% is not reachable (PyTorch's own PTQ gets 73% on resnet18 and 16%
-    # on mobilenet_v2 here); fxkit must do at least as well as PyTorch, up to 64-image sampling noise.
+    # NOTE: random weights leave the 1000 logits within a few percent of each other (resnet18: median
+    # gap between the two largest 0.07, spread 0.6), and the random mobilenet_v2 amplifies noise: 40 dB
+    # of Gaussian noise on the float model's input alone (about an int8 step) leaves 64% agreement.
+    # The 90% is not reached: fxkit gets 0.875 on resnet18 and 0.42 on mobilenet_v2 here
+    # (benchmarks/quantization_corpus.py), PyTorch's own PTQ 0.73 and 0.16. The floors are those
+    # figures less 0.05 (three images: BLAS rounding may flip the closest logits elsewhere).
     assert agreement >= reference - 0.05
+    assert agreement >= REACHED[name] - 0.05
 
 
 def _torch_ptq_agreement(entry, calibration, images):
