@@ -5,11 +5,12 @@ does for ``nn.Linear``) on the corpus BERT and Llama: the argmax over the last
 axis of the main output (Llama's logits, BERT's last hidden state) agrees with
 float on at least 95% of positions, and the ONNX export
 (``DynamicQuantizeLinear`` + ``MatMulInteger``) run by onnxruntime agrees with
-fxkit. Static int8 (`prepare` -> `calibrate` -> `convert`, conv+batch-norm
-folded on the ATen-level graph) on the corpus resnet18 and mobilenet_v2:
+fxkit. Static int8 (`prepare` -> `calibrate` -> `round_weights` -> `convert`,
+conv+batch-norm folded on the ATen-level graph, histogram activation ranges,
+GPTQ-rounded per-channel weights) on the corpus resnet18 and mobilenet_v2:
 top-1 agreement with float on 64 random images after calibrating on 64
-others at least PyTorch's own int8 (fbgemm) on the same images, and the
-saved int8 file at most 0.3 of the float one. The op itself is
+others at least PyTorch's own int8 (fbgemm) on the same images and at least
+the figure fxkit reached, and the saved int8 file at most 0.3 of the float one. The op itself is
 checked against onnxruntime's independent kernels and against the float
 product within the quantization step.
 """
@@ -25,10 +26,12 @@ import torch  # noqa: E402
 
 import fxkit  # noqa: E402
 from fxkit.runtime.ops.dynamic_quantized import dynamic_qparams  # noqa: E402
-from fxkit.transforms.quantize import calibrate, convert, per_channel_qconfig, prepare, quantize_dynamic  # noqa: E402
+from fxkit.transforms.quantize import (QConfigMapping, calibrate, convert,  # noqa: E402
+                                       per_channel_histogram_qconfig, prepare, quantize_dynamic, round_weights)
 from tests.interop.test_from_torch_corpus import imported  # noqa: E402
 
 IMAGES, CALIBRATION_BATCH = 64, 16
+REACHED = {"torchvision/resnet18": 0.875, "torchvision/mobilenet_v2": 0.42}  # static int8 top-1 agreement
 
 
 def _main(value):
@@ -84,6 +87,42 @@ def test_dynamic_int8_argmax_agrees_with_float(name):
     assert np.max(np.abs(onnx_main - actual)) <= 1e-4 * np.max(np.abs(actual))
 
 
+class _ConvBnReLU6Conv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.relu6(self.bn(self.conv(x))))
+
+
+def test_imported_layers_take_qconfigs_by_module_name_and_fuse_relu6():
+    """from_torch's functional conv2d calls are named by the module they came from, so a
+    QConfigMapping can keep one in float; ReLU6 fuses into the integer kernel."""
+    torch.manual_seed(0)
+    model = _ConvBnReLU6Conv().eval()
+    with torch.no_grad():
+        model.conv.weight.mul_(4)  # pre-activations beyond 6
+    gm = fxkit.from_torch(model, (torch.randn(2, 3, 8, 8),))  # not a plain layer tree: torch.export
+    assert isinstance(gm, fxkit.GraphModule)
+    prepared = prepare(gm, QConfigMapping().set_global(per_channel_histogram_qconfig).set_module_name("head", None))
+    marked = [n.meta["quantize"] for n in prepared.graph.nodes if "quantize" in n.meta]
+    assert [(m["module"], m["fused_relu"] is not None, m["qconfig"] is None) for m in marked] == [
+        ("conv", True, False), ("head", False, True)]
+    batches = [torch.randn(8, 3, 8, 8) for _ in range(3)]
+    calibrate(prepared, [(fxkit.from_numpy(x.numpy()),) for x in batches], progress=False)
+    quantized = convert(prepared, report=False)
+    ops = [(n.target.name, n.kwargs.get("relu")) for n in quantized.graph.nodes if n.op == "call"]
+    assert ops == [("quantize_affine", None), ("quantized_conv2d", True), ("dequantize_affine", None),
+                   ("conv2d", None)]
+    with torch.no_grad():
+        expected = model(batches[0]).numpy()
+    actual = quantized(fxkit.from_numpy(batches[0].numpy())).numpy()
+    assert np.abs(actual - expected).max() < 0.05 * np.abs(expected).max()
+
+
 def _images(entry, count, seed):
     return [fxkit.from_numpy(entry.make_inputs(CALIBRATION_BATCH, seed + i)[0].numpy())
             for i in range(count // CALIBRATION_BATCH)]
@@ -94,8 +133,9 @@ def _images(entry, count, seed):
 @pytest.mark.parametrize("name", ["torchvision/resnet18", "torchvision/mobilenet_v2"])
 def test_static_int8_top1_agreement_and_file_size(name, tmp_path):
     entry, gm = imported(name)
-    prepared = prepare(gm, per_channel_qconfig)
-    calibrate(prepared, [(x,) for x in _images(entry, IMAGES, 100)], progress=False)
+    calibration = [(x,) for x in _images(entry, IMAGES, 100)]
+    prepared = calibrate(prepare(gm, per_channel_histogram_qconfig), calibration, progress=False)
+    round_weights(prepared, calibration)
     quantized = convert(prepared, report=False)
     assert not any(n.op == "call" and getattr(n.target, "name", None) in ("conv2d", "batch_norm")
                    for n in quantized.graph.nodes)
@@ -109,10 +149,14 @@ def test_static_int8_top1_agreement_and_file_size(name, tmp_path):
     print(f"{name}: static int8 top-1 agreement {agreement:.4f} (PyTorch fbgemm PTQ: {reference:.4f}), "
           f"file ratio {ratio:.3f}")
     assert ratio <= 0.3
-    # NOTE: random weights leave the 1000 logits within a few percent of each other, so int8 noise
-    # reorders them: the issue's 90% is not reachable (PyTorch's own PTQ gets 73% on resnet18 and 16%
-    # on mobilenet_v2 here); fxkit must do at least as well as PyTorch, up to 64-image sampling noise.
+    # NOTE: random weights leave the 1000 logits within a few percent of each other (resnet18: median
+    # gap between the two largest 0.07, spread 0.6), and the random mobilenet_v2 amplifies noise: 40 dB
+    # of Gaussian noise on the float model's input alone (about an int8 step) leaves 64% agreement.
+    # The issue's 90% is not reached: fxkit gets 0.875 on resnet18 and 0.42 on mobilenet_v2 here
+    # (benchmarks/quantization_corpus.py), PyTorch's own PTQ 0.73 and 0.16. The floors are those
+    # figures less 0.05 (three images: BLAS rounding may flip the closest logits elsewhere).
     assert agreement >= reference - 0.05
+    assert agreement >= REACHED[name] - 0.05
 
 
 def _torch_ptq_agreement(entry, calibration, images):

@@ -111,6 +111,42 @@ def test_conv_bn_relu_fold_and_fuse_and_pooling_shares_the_observer(rng):
     np.testing.assert_allclose(quantized(x).numpy(), model(x).numpy(), atol=0.05 * np.abs(model(x).numpy()).max())
 
 
+class ConvReLU6Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.act = nn.ReLU6()
+        self.fc = nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x):
+        return self.fc(self.act(self.conv(x)).flatten(1))
+
+
+def test_relu6_fuses_into_the_layer_and_saturates_at_six(rng):
+    model = ConvReLU6Net().eval()
+    model.conv.weight._data *= 8  # outputs well beyond 6 and below 0
+    prepared = prepare(model)
+    assert [n.args[0].name for n in _observers(prepared)] == ["x", "act", "fc"]
+    data = _data(rng, 8, 2, 6, 6)
+    calibrate(prepared, data, progress=False)
+    quantized = convert(prepared, report=False)
+    kernels = [(n.target.name, n.kwargs.get("relu")) for n in quantized.graph.nodes if n.op == "call"]
+    assert kernels == [("quantize_affine", None), ("quantized_conv2d", True), ("flatten", None),
+                       ("quantized_linear", False), ("dequantize_affine", None)]
+    x = data[0]
+    interpreter = fxkit.Interpreter(quantized, garbage_collect_values=False)
+    interpreter.run(x)
+    conv_q = next(n for n in quantized.graph.nodes if n.name == "conv_q")
+    qp = conv_q.meta["qparams"]
+    got = (interpreter.env[conv_q].numpy().astype(np.float64) - qp.zero_point) * qp.scale
+    conv = model.conv(x).numpy().astype(np.float64)
+    assert conv.max() > 7 and conv.min() < -1
+    # input and weight rounding move a pre-activation (weights of |w| up to 3) by a few percent of 6
+    np.testing.assert_allclose(got, np.clip(conv, 0, 6), atol=0.05 * 6)
+    np.testing.assert_allclose(got[conv > 6.5], 6, rtol=1e-6)  # the kernel's saturation is the clamp at 6
+    assert np.all(got[conv < -0.5] == 0)
+
+
 def _qdq(x, scale, zero_point, qmin=-128, qmax=127):
     return (np.clip(np.rint(x / scale + zero_point), qmin, qmax) - zero_point) * scale
 

@@ -9,8 +9,12 @@ Post-training quantization of a float model to int8::
 
 Quantization-aware training trains `prepare_qat`'s fake-quantized model with
 fxkit autograd before the same `convert`. `QConfig` and `QConfigMapping` say
-which observers watch which layers (`default_qconfig`: int8 everywhere).
+which observers watch which layers (`default_qconfig`: int8 everywhere;
+`per_channel_histogram_qconfig`: the most accurate for convolutional networks).
+`round_weights` (GPTQ) and `correct_bias`, between `calibrate` and `convert`,
+make the int8 layers' outputs move less (docs/transforms/quantize.md).
 """
+from fxkit.transforms.quantize.bias_correction import correct_bias
 from fxkit.transforms.quantize.calibrate import calibrate
 from fxkit.transforms.quantize.convert import ConversionReport, FloatNode, QParams, convert
 from fxkit.transforms.quantize.dynamic import quantize_dynamic
@@ -20,11 +24,13 @@ from fxkit.transforms.quantize.observers import (HistogramObserver, MinMaxObserv
 from fxkit.transforms.quantize.prepare import prepare
 from fxkit.transforms.quantize.qat import enable_fake_quant, enable_observer, prepare_qat
 from fxkit.transforms.quantize.qconfig import (QConfig, QConfigMapping, default_qat_qconfig, default_qconfig,
-                                               per_channel_qat_qconfig, per_channel_qconfig, x86_per_channel_qconfig,
-                                               x86_qconfig)
+                                               per_channel_histogram_qconfig, per_channel_qat_qconfig,
+                                               per_channel_qconfig, x86_per_channel_qconfig, x86_qconfig)
+from fxkit.transforms.quantize.round_weights import round_weights
 
 __all__ = ["ConversionReport", "FakeQuantize", "FloatNode", "HistogramObserver", "MinMaxObserver",
            "MovingAverageMinMaxObserver", "ObserverBase", "PerChannelMinMaxObserver", "QConfig", "QConfigMapping",
-           "QParams", "calibrate", "convert", "default_qat_qconfig", "default_qconfig", "enable_fake_quant",
-           "enable_observer", "fake_quantize", "per_channel_qat_qconfig", "per_channel_qconfig", "prepare",
-           "prepare_qat", "quantize_dynamic", "x86_per_channel_qconfig", "x86_qconfig"]
+           "QParams", "calibrate", "convert", "correct_bias", "default_qat_qconfig", "default_qconfig",
+           "enable_fake_quant", "enable_observer", "fake_quantize", "per_channel_histogram_qconfig",
+           "per_channel_qat_qconfig", "per_channel_qconfig", "prepare", "prepare_qat", "quantize_dynamic",
+           "round_weights", "x86_per_channel_qconfig", "x86_qconfig"]

@@ -25,7 +25,7 @@ def calibrate(prepared, data, progress=True, console=None):
     with no_grad():
         if not progress:
             for i, batch in enumerate(data):
-                prepared(*_arguments(batch, inputs, i))
+                prepared(*batch_arguments(batch, inputs, i))
             return prepared
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -33,12 +33,13 @@ def calibrate(prepared, data, progress=True, console=None):
         with Progress(*columns, console=console, transient=False) as bar:
             task = bar.add_task("calibrate", total=total)
             for i, batch in enumerate(data):
-                prepared(*_arguments(batch, inputs, i))
+                prepared(*batch_arguments(batch, inputs, i))
                 bar.advance(task)
     return prepared
 
 
-def _arguments(batch, inputs, index):
+def batch_arguments(batch, inputs, index):
+    """The argument tuple of one calibration batch (a Tensor or a tuple), checked against the inputs."""
     if isinstance(batch, Tensor):
         args = (batch,)
     elif isinstance(batch, (tuple, list)):

