@@ -37,6 +37,8 @@ TORCHVISION = {
     "segmentation.deeplabv3_mobilenet_v3_large": ((3, 64, 64), {"weights_backbone": None, "num_classes": 5}),
     "segmentation.lraspp_mobilenet_v3_large": ((3, 64, 64), {"weights_backbone": None, "num_classes": 5}),
     "video.r3d_18": ((3, 4, 32, 32), {}),
+    "video.mc3_18": ((3, 4, 32, 32), {}),
+    "video.r2plus1d_18": ((3, 4, 32, 32), {}),
 }
 
 # timm.create_model(arch, pretrained=False, **kwargs)
@@ -70,10 +72,7 @@ NAMES = tuple(f"torchvision/{a}" for a in TORCHVISION) + tuple(f"timm/{a}" for a
 FAST = ("torchvision/shufflenet_v2_x0_5", "timm/poolformer_s12")
 """The unmarked representatives: channel shuffle (view/transpose/chunk) and timm's pooling mixer."""
 
-KNOWN_FAILURES = {
-    "torchvision/video.r3d_18": "3-D convolutions and pools (Conv3d, video models) have no registry op; "
-                                "from_torch refuses aten.convolution on a 5-D weight at import",
-}
+KNOWN_FAILURES = {}
 """Models of the set that fxkit cannot import yet, and why: the tests expect the failure (strictly,
 so a fix shows up as an unexpected pass)."""
 
