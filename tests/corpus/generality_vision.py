@@ -10,7 +10,7 @@ interpolate back to the input size and return dicts, and timm's hybrids
 pooling mixer, ghost modules, hrnet's multi-resolution fusion, xcit's
 cross-covariance attention, fastvit's reparameterisable blocks, nf-resnet's weight
 standardisation by batch statistics, eva's rotary embeddings, halonet's sliding
-windows (``Tensor.unfold``), ...).
+windows (``Tensor.unfold``), lambda_resnet26t's lambda layers (a Conv3d over positions), ...).
 
 Entries are ``name -> (input shape without the batch, builder keyword arguments)``;
 sizes are the smallest each architecture accepts with every stage non-trivial.
@@ -65,6 +65,7 @@ TIMM = {
     "nf_resnet26": ((3, 64, 64), {}),
     "eva02_tiny_patch14_224": ((3, 224, 224), {}),
     "halonet26t": ((3, 256, 256), {}),  # its halo blocks need 256 pixels
+    "lambda_resnet26t": ((3, 64, 64), {}),  # lambda layers: a Conv3d over (query dim, H, W) positions
 }
 
 NAMES = tuple(f"torchvision/{a}" for a in TORCHVISION) + tuple(f"timm/{a}" for a in TIMM)
