@@ -2,7 +2,8 @@
 
 The window ops loop over the kernel's taps, not over the data: each tap is
 one strided slice of the (padded) input covering every output position, so a
-3x3 pool is nine whole-array ``maximum``/``add`` calls, faster in numpy than
+3x3 pool is nine whole-array ``maximum``/``add`` calls (written over any number
+of spatial dims: `pooling3d` runs the same ``max_pool``/``avg_pool``), faster in numpy than
 reducing a windowed view over its two small trailing axes. The averaging
 pools add bfloat16 up in float32 and round once, as PyTorch does
 (`low_precision.run_in_float32`); max pooling only selects, so it runs in the
