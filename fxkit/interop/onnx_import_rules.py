@@ -203,13 +203,13 @@ def _symmetric_pads(c, n):
 def _conv(c):
     weight_shape = c.shape(1)
     n = len(weight_shape) - 2 if weight_shape else len(c.attr("kernel_shape", ()))
-    if n not in (1, 2):
+    if n not in (1, 2, 3):
         raise refuse(c, f"a {n}-D convolution")
     padding, explicit = _symmetric_pads(c, n)
     x = c.tensor(0)
     if explicit is not None:
         x = c.call("pad", x, explicit)
-    return c.call("conv1d" if n == 1 else "conv2d", x, c.tensor(1), c.tensor(2), tuple(c.attr("strides", [1] * n)),
+    return c.call(f"conv{n}d", x, c.tensor(1), c.tensor(2), tuple(c.attr("strides", [1] * n)),
                   tuple(padding), tuple(c.attr("dilations", [1] * n)), c.attr("group", 1))
 
 
@@ -229,7 +229,7 @@ def _conv_transpose(c):
 def _pool(c):
     kernel = list(c.attr("kernel_shape"))
     n = len(kernel)
-    if n not in (1, 2):
+    if n not in (1, 2, 3):
         raise refuse(c, f"{n}-D pooling")
     if len(c.proto.output) > 1 and c.proto.output[1]:
         raise refuse(c, "MaxPool's Indices output")

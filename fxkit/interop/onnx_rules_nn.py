@@ -80,7 +80,7 @@ def _conv_pads(op, padding, kernel, dilation):
     return pads + pads
 
 
-@export_rule("conv1d", "conv2d")
+@export_rule("conv1d", "conv2d", "conv3d")
 def _conv(b, op, a, out):
     kernel = list(concrete(op, "kernel size", a.weight.meta.shape[2:]))
     n = len(kernel)
@@ -109,21 +109,26 @@ def _pool_window(a, n):
     return kernel, stride, padding + padding
 
 
-@export_rule("max_pool1d", "max_pool2d")
+def _pool_dims(op):
+    """The spatial dims of a pool op, from its name's ``1d``/``2d``/``3d``."""
+    return int(op.name[-2])
+
+
+@export_rule("max_pool1d", "max_pool2d", "max_pool3d")
 def _max_pool(b, op, a, out):
     if a.return_indices:
         raise unsupported(op, "return_indices=True", "pool without indices for export")
-    n = 1 if op.name == "max_pool1d" else 2
+    n = _pool_dims(op)
     kernel, stride, pads = _pool_window(a, n)
     return b.op("MaxPool", a.input.name, kernel_shape=kernel, strides=stride, pads=pads,
                 dilations=_pairs(a.dilation, n), ceil_mode=int(a.ceil_mode))
 
 
-@export_rule("avg_pool1d", "avg_pool2d")
+@export_rule("avg_pool1d", "avg_pool2d", "avg_pool3d")
 def _avg_pool(b, op, a, out):
     if getattr(a, "divisor_override", None) is not None:
         raise unsupported(op, f"divisor_override={a.divisor_override}")
-    kernel, stride, pads = _pool_window(a, 1 if op.name == "avg_pool1d" else 2)
+    kernel, stride, pads = _pool_window(a, _pool_dims(op))
     return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=stride, pads=pads,
                 ceil_mode=int(a.ceil_mode), count_include_pad=int(a.count_include_pad))
 

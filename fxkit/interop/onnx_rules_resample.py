@@ -1,4 +1,4 @@
-"""ONNX export rules of the resampling ops: adaptive_avg_pool2d, adaptive_max_pool2d
+"""ONNX export rules of the resampling ops: adaptive_avg_pool2d/3d, adaptive_max_pool2d
 and interpolate (``Resize``).
 
 Adaptive pools to 1x1 are the global pools and whole-multiple sizes plain
@@ -18,24 +18,35 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.ops.pooling import adaptive_matrix, adaptive_bounds
 
 
-def _adaptive_sizes(op, a, out):
-    size_in = concrete(op, "input size", tuple(a.input.meta.shape[-2:]))
-    size_out = concrete(op, "output size", tuple(out.shape[-2:]))
+def _adaptive_sizes(op, a, out, n=2):
+    size_in = concrete(op, "input size", tuple(a.input.meta.shape[-n:]))
+    size_out = concrete(op, "output size", tuple(out.shape[-n:]))
     return size_in, size_out
 
 
-@export_rule("adaptive_avg_pool2d")
+@export_rule("adaptive_avg_pool2d", "adaptive_avg_pool3d")
 def _adaptive_avg_pool(b, op, a, out):
-    if tuple(out.shape[-2:]) == (1, 1):
+    n = int(op.name[-2])
+    if tuple(out.shape[-n:]) == (1,) * n:
         return b.op("GlobalAveragePool", a.input.name)
-    size_in, size_out = _adaptive_sizes(op, a, out)
+    size_in, size_out = _adaptive_sizes(op, a, out, n)
     if not any(i % o for i, o in zip(size_in, size_out)):
         kernel = [i // o for i, o in zip(size_in, size_out)]
         return b.op("AveragePool", a.input.name, kernel_shape=kernel, strides=kernel)
     dtype = out.dtype
-    rows = b.const(adaptive_matrix(size_in[0], size_out[0], np.float64), dtype)
-    cols = b.const(adaptive_matrix(size_in[1], size_out[1], np.float64).T, dtype)
-    return b.op("MatMul", rows, b.op("MatMul", a.input.name, cols))
+    if n == 2:
+        rows = b.const(adaptive_matrix(size_in[0], size_out[0], np.float64), dtype)
+        cols = b.const(adaptive_matrix(size_in[1], size_out[1], np.float64).T, dtype)
+        return b.op("MatMul", rows, b.op("MatMul", a.input.name, cols))
+    # 3-D: each axis's window matrix in turn, contracted with Einsum on that axis
+    x = a.input.name
+    for axis, (i, o) in enumerate(zip(size_in, size_out)):
+        if i != o:
+            letters = "xyz"
+            spec = letters.replace(letters[axis], "o")
+            x = b.op("Einsum", b.const(adaptive_matrix(i, o, np.float64), dtype), x,
+                     equation=f"o{letters[axis]},nc{letters}->nc{spec}")
+    return x
 
 
 @export_rule("adaptive_max_pool2d")

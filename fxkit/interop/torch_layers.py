@@ -28,7 +28,7 @@ def layer_table(torch):
     same = ("Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "ReLU", "GELU", "SiLU",
             "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
             "AdaptiveMaxPool2d", "Dropout", "Dropout2d", "Flatten", "Identity", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "GroupNorm", "RMSNorm",
-            "InstanceNorm1d", "InstanceNorm2d")
+            "InstanceNorm1d", "InstanceNorm2d", "Conv3d", "BatchNorm3d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d")
     table = {getattr(tnn, name): (getattr(nn, name), {}) for name in same}
     table[tnn.MultiheadAttention] = (nn.MultiheadAttention, {
         "bias": lambda m: m.in_proj_bias is not None,

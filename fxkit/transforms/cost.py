@@ -130,6 +130,11 @@ def _window1d(out, input, kernel_size, *args, **kwargs):
     return numel(_first(out)) * k
 
 
+def _window3d(out, input, kernel_size, *args, **kwargs):
+    kernel = (kernel_size,) * 3 if isinstance(kernel_size, int) else tuple(kernel_size)
+    return numel(_first(out)) * math.prod(kernel if len(kernel) == 3 else kernel * 3)
+
+
 def _attention(out, query, key, value, *args, **kwargs):
     # scores q @ k.T and the weighted sum of values, as PyTorch's FlopCounterMode counts them
     rows = math.prod(out.shape[:-1])
@@ -172,14 +177,15 @@ FLOP_RULES = {
     get_op("matmul"): _contracting(0), get_op("mm"): _contracting(0), get_op("bmm"): _contracting(0),
     get_op("linear"): _contracting(0), get_op("addmm"): _contracting(1), get_op("baddbmm"): _contracting(1),
     get_op("einsum"): _einsum, get_op("scaled_dot_product_attention"): _attention,
-    get_op("conv2d"): _conv, get_op("conv1d"): _conv, get_op("conv_transpose2d"): _conv_transpose,
+    get_op("conv2d"): _conv, get_op("conv1d"): _conv, get_op("conv3d"): _conv, get_op("conv_transpose2d"): _conv_transpose,
     get_op("conv2d_weight_grad"): _conv_weight_grad,
     # integer multiply-adds count like float ones: the same work in another number format
     get_op("quantized_linear"): _contracting(0), get_op("quantized_dynamic_linear"): _contracting(0),
     get_op("quantized_conv2d"): _conv,
     get_op("max_pool2d"): _window, get_op("avg_pool2d"): _window,
     get_op("max_pool1d"): _window1d, get_op("avg_pool1d"): _window1d,
-    get_op("adaptive_avg_pool2d"): _input_elements, get_op("adaptive_max_pool2d"): _input_elements,
+    get_op("max_pool3d"): _window3d, get_op("avg_pool3d"): _window3d,
+    get_op("adaptive_avg_pool2d"): _input_elements, get_op("adaptive_avg_pool3d"): _input_elements, get_op("adaptive_max_pool2d"): _input_elements,
     get_op("batch_norm"): _batch_norm,
     # mean, variance, normalise, scale, shift.
     get_op("layer_norm"): _per_element(5), get_op("group_norm"): _per_element(5),

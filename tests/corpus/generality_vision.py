@@ -10,7 +10,7 @@ interpolate back to the input size and return dicts, and timm's hybrids
 pooling mixer, ghost modules, hrnet's multi-resolution fusion, xcit's
 cross-covariance attention, fastvit's reparameterisable blocks, nf-resnet's weight
 standardisation by batch statistics, eva's rotary embeddings, halonet's sliding
-windows (``Tensor.unfold``), ...).
+windows (``Tensor.unfold``), lambda_resnet26t's lambda layers (a Conv3d over positions), ...).
 
 Entries are ``name -> (input shape without the batch, builder keyword arguments)``;
 sizes are the smallest each architecture accepts with every stage non-trivial.
@@ -37,6 +37,8 @@ TORCHVISION = {
     "segmentation.deeplabv3_mobilenet_v3_large": ((3, 64, 64), {"weights_backbone": None, "num_classes": 5}),
     "segmentation.lraspp_mobilenet_v3_large": ((3, 64, 64), {"weights_backbone": None, "num_classes": 5}),
     "video.r3d_18": ((3, 4, 32, 32), {}),
+    "video.mc3_18": ((3, 4, 32, 32), {}),
+    "video.r2plus1d_18": ((3, 4, 32, 32), {}),
 }
 
 # timm.create_model(arch, pretrained=False, **kwargs)
@@ -63,6 +65,7 @@ TIMM = {
     "nf_resnet26": ((3, 64, 64), {}),
     "eva02_tiny_patch14_224": ((3, 224, 224), {}),
     "halonet26t": ((3, 256, 256), {}),  # its halo blocks need 256 pixels
+    "lambda_resnet26t": ((3, 64, 64), {}),  # lambda layers: a Conv3d over (query dim, H, W) positions
 }
 
 NAMES = tuple(f"torchvision/{a}" for a in TORCHVISION) + tuple(f"timm/{a}" for a in TIMM)
@@ -70,10 +73,7 @@ NAMES = tuple(f"torchvision/{a}" for a in TORCHVISION) + tuple(f"timm/{a}" for a
 FAST = ("torchvision/shufflenet_v2_x0_5", "timm/poolformer_s12")
 """The unmarked representatives: channel shuffle (view/transpose/chunk) and timm's pooling mixer."""
 
-KNOWN_FAILURES = {
-    "torchvision/video.r3d_18": "3-D convolutions and pools (Conv3d, video models) have no registry op; "
-                                "from_torch refuses aten.convolution on a 5-D weight at import",
-}
+KNOWN_FAILURES = {}
 """Models of the set that fxkit cannot import yet, and why: the tests expect the failure (strictly,
 so a fix shows up as an unexpected pass)."""
 

@@ -240,6 +240,40 @@ def test_layers_match_onnxruntime():
         assert relative_error(a, e) < TOLERANCE
 
 
+class _VideoLayers(nn.Module):
+    """The 3-D layers of video models (r3d, mc3, r(2+1)d): Conv3d, BatchNorm3d and the 3-D pools."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 4, 3, stride=(1, 2, 2), padding=1)
+        self.separable = nn.Conv3d(4, 4, (3, 1, 1), padding="same", dilation=(2, 1, 1), groups=2, bias=False)
+        self.bn = nn.BatchNorm3d(4)
+        self.maxpool = nn.MaxPool3d(2, ceil_mode=True)
+        self.pool = nn.AvgPool3d(3, stride=1, padding=1, count_include_pad=False)
+        self.adaptive = nn.AdaptiveAvgPool3d(1)
+
+    def forward(self, x):
+        y = self.pool(self.maxpool(F.relu(self.bn(self.separable(self.conv(x))))))
+        return self.adaptive(y), F.adaptive_avg_pool3d(y, (1, 3, 2)), F.avg_pool3d(x, (1, 2, 2))
+
+
+def test_video_layers_match_onnxruntime_and_import_back():
+    fxkit.manual_seed(0)
+    model = _VideoLayers().eval()
+    rng = np.random.default_rng(6)
+    model.bn.running_var.numpy()[:] = rng.uniform(0.5, 1.5, 4)
+    proto = fxkit.onnx.export(model, (fxkit.randn(2, 3, 4, 10, 8),), dynamic_axes={"x": {0: "N"}})
+    assert {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool"} <= {n.op_type for n in proto.graph.node}
+    fresh = (fxkit.randn(3, 3, 4, 10, 8),)
+    expected = model(*fresh)
+    for a, e in zip(run_onnxruntime(proto, fresh), expected):
+        assert relative_error(a, e) < TOLERANCE
+    imported = fxkit.from_onnx(proto)
+    assert {"conv3d", "max_pool3d", "avg_pool3d"} <= {n.target.name for n in imported.graph.nodes if n.op == "call"}
+    for a, e in zip(imported(*fresh), expected):
+        assert relative_error(a, e) < TOLERANCE
+
+
 # -- quantized models: QDQ --------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["lenet", "mlp", pytest.param("resnet18", marks=pytest.mark.slow)])
 def test_quantized_model_exports_as_qdq(name):

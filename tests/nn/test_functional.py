@@ -26,5 +26,5 @@ def test_aliases_are_the_runtime_modules():
     assert F is runtime_functional and init is runtime_init
     assert fxkit.nn is nn and nn.Linear.__module__ == "fxkit.runtime.nn.linear"
     assert nn.functional is F and nn.init is init
-    with pytest.raises(AttributeError, match="has no attribute 'conv3d'"):
-        F.conv3d
+    with pytest.raises(AttributeError, match="has no attribute 'conv_transpose3d'"):
+        F.conv_transpose3d

@@ -20,6 +20,8 @@ ALLOWED = {
                    "max_pool2d_with_indices); fxkit's one op takes it as F does"),
     "max_pool1d": ("return_indices is F.max_pool1d's argument (a Python dispatcher between aten::max_pool1d and "
                    "max_pool1d_with_indices); fxkit's one op takes it as F does"),
+    "max_pool3d": ("return_indices is F.max_pool3d's argument (a Python dispatcher between aten::max_pool3d and "
+                   "max_pool3d_with_indices); fxkit's one op takes it as F does"),
     "adaptive_max_pool2d": ("return_indices is F.adaptive_max_pool2d's argument (a Python dispatcher between "
                             "aten::adaptive_max_pool2d and its with-indices form); fxkit's one op takes it as F does"),
     "max": ("torch.max is three ATen overloads (max(input), max.dim(input, dim, keepdim), max.other(input, "

@@ -31,6 +31,9 @@ RTOL = 1e-2  # bfloat16 keeps 8 significant bits: one rounding is 0.4% at most
 NO_TORCH_BFLOAT16 = {
     "norm-nuc": "torch.linalg.matrix_norm: Low precision dtypes not supported",
     "norm-torch_nuc_keepdim": "torch.linalg.matrix_norm: Low precision dtypes not supported",
+    "avg_pool3d-torch": "F.avg_pool3d: \"avg_pool3d_out_frame\" not implemented for 'BFloat16'",
+    "avg_pool3d-stride-pad-ceil-no-pad-count-torch":
+        "F.avg_pool3d: \"avg_pool3d_out_frame\" not implemented for 'BFloat16'",
 }
 # Ops skipped, with the reason.
 SKIPPED_OPS = {
@@ -73,7 +76,10 @@ TORCH_CALLS = {
         x, [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape), *args, **kwargs),
     "getitem_backward": _torch_adjoint,
     "numpy_T": lambda a: a.T,
-    "conv2d_weight_grad": torch.nn.grad.conv2d_weight,
+    # the op takes the weight's rank: a 5-D weight size is conv3d's weight gradient
+    "conv2d_weight_grad": lambda x, weight_size, *args, **kwargs: (
+        torch.nn.grad.conv3d_weight if len(weight_size) == 5 else torch.nn.grad.conv2d_weight)(
+        x, weight_size, *args, **kwargs),
 }
 
 

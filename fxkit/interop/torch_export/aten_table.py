@@ -67,13 +67,13 @@ def _hardtanh(c, x, low=-1.0, high=1.0):
 
 def _convolution(c, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     spatial = c.rank(w) - 2  # the weight's rank tells the dims, batched input or not
-    if spatial not in ((2,) if transposed else (1, 2)):
+    if spatial not in ((2,) if transposed else (1, 2, 3)):
         kind = f"{spatial}-D {'transposed ' if transposed else ''}convolution"
-        raise NotImplementedError(f"a {kind} has no fxkit registry op (fxkit has conv1d, conv2d and "
+        raise NotImplementedError(f"a {kind} has no fxkit registry op (fxkit has conv1d, conv2d, conv3d and "
                                   f"conv_transpose2d)")
     if transposed:
         return c("conv_transpose2d", x, w, b, stride, padding, output_padding, groups, dilation)
-    return c("conv1d" if spatial == 1 else "conv2d", x, w, b, stride, padding, dilation, groups)
+    return c(f"conv{spatial}d", x, w, b, stride, padding, dilation, groups)
 
 
 def _index(c, x, indices):
@@ -269,6 +269,7 @@ ATEN = {
     "aten.einsum.default":              lambda c, equation, operands, path=None: c("einsum", equation, *operands),
     "aten.conv1d.default":              "conv1d",
     "aten.conv2d.default":              "conv2d",
+    "aten.conv3d.default":              "conv3d",
     "aten.conv_transpose2d.input":      "conv_transpose2d",
     "aten.convolution.default":         _convolution,
     "aten.max_pool1d.default":          "max_pool1d",
@@ -282,6 +283,12 @@ ATEN = {
     "aten.avg_pool2d.default":          "avg_pool2d",
     "aten.adaptive_avg_pool2d.default": "adaptive_avg_pool2d",
     "aten._adaptive_avg_pool2d.default": "adaptive_avg_pool2d",
+    "aten.max_pool3d.default":          "max_pool3d",
+    "aten.max_pool3d_with_indices.default": lambda c, x, kernel, stride=(), padding=0, dilation=1, ceil=False:
+                                            c("max_pool3d", x, kernel, stride or None, padding, dilation, ceil, True),
+    "aten.avg_pool3d.default":          "avg_pool3d",
+    "aten.adaptive_avg_pool3d.default": "adaptive_avg_pool3d",
+    "aten._adaptive_avg_pool3d.default": "adaptive_avg_pool3d",
     "aten.batch_norm.default":          lambda c, x, w, b, mean, var, training, momentum, eps, cudnn:
                                             c("batch_norm", x, mean, var, w, b, training, momentum, eps),
     "aten._native_batch_norm_legit_no_training.default": _bn_no_training,

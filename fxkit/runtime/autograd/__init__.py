@@ -17,7 +17,7 @@ from fxkit.runtime.autograd.function import Context, GradRule, Node, NonDifferen
 from fxkit.runtime.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
 _RULE_MODULES = ("rules_elementwise", "rules_reductions", "rules_linalg", "rules_shape", "rules_indexing",
-                 "rules_nn", "rules_attention", "rules_conv", "rules_loss", "rules_nondiff")
+                 "rules_nn", "rules_attention", "rules_conv", "rules_conv3d", "rules_loss", "rules_nondiff")
 
 
 def load_rules():

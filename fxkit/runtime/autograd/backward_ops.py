@@ -11,7 +11,7 @@ from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d
+from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.indexing import _along, _check_bounds, along_layout, getitem, torch_index
@@ -127,13 +127,13 @@ def _advanced(i):
 
 # -- conv2d_weight_grad ------------------------------------------------------------------
 def conv_pads(padding, kernel, dilation, name="conv2d"):
-    """``((top, bottom), (left, right))`` of a convolution's ``padding`` argument
-    (an int, a pair, ``'valid'`` or ``'same'``, which pads the odd extra after)."""
+    """A ``(before, after)`` pair per spatial dim of a convolution's ``padding`` argument
+    (an int, a tuple, ``'valid'`` or ``'same'``, which pads the odd extra after)."""
     if padding == "valid":
-        return ((0, 0), (0, 0))
+        return ((0, 0),) * len(kernel)
     if padding == "same":
         return tuple((d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation))
-    return tuple((p, p) for p in ntuple(padding, 2, name, "padding"))
+    return tuple((p, p) for p in ntuple(padding, len(kernel), name, "padding"))
 
 
 def _weight_grad_rule(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
@@ -143,36 +143,41 @@ def _weight_grad_rule(input, weight_size, grad_output, stride=1, padding=0, dila
 
 @op("conv2d_weight_grad", kind="conv", shape_rule=_weight_grad_rule, method=False)
 def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    """The gradient of ``conv2d(input, weight, ...)`` with respect to its weight, given the
-    output's gradient (``torch.nn.grad.conv2d_weight``): im2col of the input and one
-    batched matrix product, the same formulation as the forward.
+    """The gradient of ``conv2d(input, weight, ...)`` (or of conv3d's, by the weight's rank) with
+    respect to its weight, given the output's gradient (``torch.nn.grad.conv2d_weight``): im2col
+    of the input and one batched matrix product, the same formulation as the forward.
 
     Args:
-        input: ``(N, C, H, W)``.
-        weight_size: the weight's shape ``(out_channels, C / groups, kH, kW)``.
-        grad_output: ``(N, out_channels, OH, OW)``.
+        input: ``(N, C, H, W)`` (``(N, C, D, H, W)`` for conv3d).
+        weight_size: the weight's shape ``(out_channels, C / groups, kH, kW)`` (or ``kD, kH, kW``).
+        grad_output: ``(N, out_channels, OH, OW)`` (or ``OD, OH, OW``).
         stride, padding, dilation, groups: the forward convolution's.
     """
-    check_rank("conv2d_weight_grad", input.shape, 4)
+    nd = len(weight_size) - 2
+    check_rank("conv2d_weight_grad", input.shape, nd + 2)
     if _dt.from_numpy(input.dtype) is not _dt.from_numpy(grad_output.dtype):
         raise DTypeError(f"conv2d_weight_grad: input ({input.dtype}) and grad_output ({grad_output.dtype}) must "
                          f"have the same dtype")
     if input.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(conv2d_weight_grad.impl, xp, input, weight_size, grad_output, stride, padding,
                               dilation, groups)
-    oc, cg, kh, kw = weight_size
-    (sh, sw), (dh, dw) = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
-    (pt, pb), (pl, pr) = conv_pads(padding, (kh, kw), (dh, dw))
-    x = pad2d(xp, input, pt, pb, pl, pr) if pt or pb or pl or pr else input
-    n, g, k = x.shape[0], groups, cg * kh * kw
-    oh, ow = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1, (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
-    if tuple(grad_output.shape) != (n, oc, oh, ow) or x.shape[1] != cg * g:
+    oc, cg, kernel = weight_size[0], weight_size[1], tuple(weight_size[2:])
+    stride, dilation = ntuple(stride, nd, "conv2d", "stride"), ntuple(dilation, nd, "conv2d", "dilation")
+    pads = conv_pads(padding, kernel, dilation)
+    x = pad_spatial(xp, input, pads) if any(lo or hi for lo, hi in pads) else input
+    n, g, k = x.shape[0], groups, cg * math.prod(kernel)
+    out_sizes = tuple((size - d * (kk - 1) - 1) // s + 1 for size, kk, s, d in zip(x.shape[2:], kernel, stride, dilation))
+    if tuple(grad_output.shape) != (n, oc) + out_sizes or x.shape[1] != cg * g:
         raise ShapeError(f"conv2d_weight_grad: grad_output of shape {shown(grad_output.shape)} does not fit the "
                          f"convolution of an input of shape {shown(input.shape)} by a weight of shape "
-                         f"{shown(weight_size)} (groups={groups}), whose output has shape {shown((n, oc, oh, ow))}")
-    s_n, s_c, s_h, s_w = x.strides
+                         f"{shown(weight_size)} (groups={groups}), whose output has shape "
+                         f"{shown((n, oc) + out_sizes)}")
+    s_n, s_c, spatial_strides = x.strides[0], x.strides[1], x.strides[2:]
     cols = xp.lib.stride_tricks.as_strided(
-        x, (g, cg, kh, kw, n, oh, ow), (cg * s_c, s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))
-    cols = cols.reshape(g, k, n * oh * ow)
-    gmat = grad_output.reshape(n, g, oc // g, oh * ow).transpose(1, 2, 0, 3).reshape(g, oc // g, n * oh * ow)
-    return xp.matmul(gmat, cols.transpose(0, 2, 1)).reshape(oc, cg, kh, kw)
+        x, (g, cg) + kernel + (n,) + out_sizes,
+        (cg * s_c, s_c) + tuple(st * d for st, d in zip(spatial_strides, dilation)) + (s_n,)
+        + tuple(st * s for st, s in zip(spatial_strides, stride)))
+    pixels = math.prod(out_sizes)
+    cols = cols.reshape(g, k, n * pixels)
+    gmat = grad_output.reshape(n, g, oc // g, pixels).transpose(1, 2, 0, 3).reshape(g, oc // g, n * pixels)
+    return xp.matmul(gmat, cols.transpose(0, 2, 1)).reshape(tuple(weight_size))

@@ -11,6 +11,8 @@ height of one. adaptive_avg_pool2d and
 interpolate are separable linear maps (``R @ x @ C`` for images); their gradient
 applies the transposes, which the op itself computes when run on identity images.
 """
+import math
+
 from fxkit.runtime.autograd.backward_ops import conv_pads
 from fxkit.runtime.autograd.function import defgrad
 from fxkit.runtime.meta import TensorMeta
@@ -119,15 +121,16 @@ def _max_pool2d(ctx, g, input, kernel_size, stride=None, padding=0, dilation=1, 
     return _spread_to_indices(g[0] if return_indices else g, ctx.extra, input, disjoint)
 
 
-def _spread_to_indices(values, indices, input, disjoint=False):
-    """Each output gradient sent to the input element its flat ``H * W`` index names.
+def _spread_to_indices(values, indices, input, disjoint=False, spatial=2):
+    """Each output gradient sent to the input element its flat index (into the last ``spatial``
+    dims: ``H * W``, or ``D * H * W``) names.
 
     Windows that cannot overlap (``disjoint``: stride at least the dilated kernel, the usual 2x2
     stride 2) name each element at most once, so a plain scatter does what the summing one does
     (numpy's ``add.at``, several times slower) and gives the same sums."""
-    lead = tuple(input.shape[:-2])
-    outputs = lead + (values.shape[-2] * values.shape[-1],)
-    planes = _zeros(lead + (input.shape[-2] * input.shape[-1],), dtype=values.dtype, device=values.device)
+    lead = tuple(input.shape[:-spatial])
+    outputs = lead + (math.prod(values.shape[-spatial:]),)
+    planes = _zeros(lead + (math.prod(input.shape[-spatial:]),), dtype=values.dtype, device=values.device)
     spread = (_scatter if disjoint else _scatter_add)(planes, -1, indices.reshape(outputs), values.reshape(outputs))
     return spread.reshape(tuple(input.shape))
 

@@ -16,9 +16,10 @@ __all__ = [
     "relu", "relu6", "hardsigmoid", "hardswish", "mish", "leaky_relu", "gelu", "silu", "sigmoid", "tanh",
     "softmax", "log_softmax", "glu",
     # linear and convolution
-    "linear", "conv1d", "conv2d", "conv_transpose2d",
+    "linear", "conv1d", "conv2d", "conv3d", "conv_transpose2d",
     # pooling and resampling
-    "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+    "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d", "adaptive_max_pool2d",
     "interpolate", "pad", "pixel_shuffle", "pixel_unshuffle",
     # normalisation, dropout, embeddings
     "batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "dropout", "dropout2d", "embedding",

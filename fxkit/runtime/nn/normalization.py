@@ -121,6 +121,18 @@ class BatchNorm2d(_BatchNorm):
     _shape_text = "a 4-D (N, C, H, W)"
 
 
+class BatchNorm3d(_BatchNorm):
+    """Batch normalisation of ``(N, C, D, H, W)`` inputs (video models).
+
+    Example:
+        >>> nn.BatchNorm3d(16)(fxkit.randn(2, 16, 2, 4, 4)).shape
+        (2, 16, 2, 4, 4)
+    """
+
+    _ranks = (5,)
+    _shape_text = "a 5-D (N, C, D, H, W)"
+
+
 class LayerNorm(Module):
     """Normalise over the trailing ``normalized_shape`` dimensions.
 

@@ -1,4 +1,5 @@
-"""Pooling layers: `MaxPool2d`, `AvgPool2d`, `AdaptiveAvgPool2d`.
+"""Pooling layers: `MaxPool2d`, `AvgPool2d`, `AdaptiveAvgPool2d`, `AdaptiveMaxPool2d` and the
+3-D `MaxPool3d`, `AvgPool3d`, `AdaptiveAvgPool3d` (the 2-D layers with their ``_FUNCTION`` swapped).
 
 Arguments are stored as given (an int stays an int), like PyTorch, so the
 printed layers read the same as PyTorch's.
@@ -32,6 +33,8 @@ class MaxPool2d(Module):
         (1, 3, 4, 4)
     """
 
+    _FUNCTION = "max_pool2d"
+
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         super().__init__()
         self.kernel_size = _size(kernel_size)
@@ -42,7 +45,7 @@ class MaxPool2d(Module):
         self.ceil_mode = ceil_mode
 
     def forward(self, input):
-        return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+        return getattr(F, self._FUNCTION)(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             ceil_mode=self.ceil_mode, return_indices=self.return_indices)
 
     def extra_repr(self):
@@ -67,6 +70,8 @@ class AvgPool2d(Module):
         divisor_override: divide by this instead of the window size.
     """
 
+    _FUNCTION = "avg_pool2d"
+
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):
         super().__init__()
@@ -78,8 +83,8 @@ class AvgPool2d(Module):
         self.divisor_override = divisor_override
 
     def forward(self, input):
-        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+        return getattr(F, self._FUNCTION)(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                                          self.count_include_pad, self.divisor_override)
 
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -98,12 +103,14 @@ class AdaptiveAvgPool2d(Module):
         (2, 512, 1, 1)
     """
 
+    _FUNCTION = "adaptive_avg_pool2d"
+
     def __init__(self, output_size):
         super().__init__()
         self.output_size = _size(output_size)
 
     def forward(self, input):
-        return F.adaptive_avg_pool2d(input, self.output_size)
+        return getattr(F, self._FUNCTION)(input, self.output_size)
 
     def extra_repr(self):
         return f"output_size={self.output_size}"
@@ -133,3 +140,31 @@ class AdaptiveMaxPool2d(Module):
 
     def _init_kwargs(self):
         return {"output_size": _jsonable(self.output_size), "return_indices": self.return_indices}
+
+
+class MaxPool3d(MaxPool2d):
+    """Max over ``kernel_size`` windows of ``(N, C, D, H, W)`` inputs; `MaxPool2d`'s arguments as triples.
+
+    Example:
+        >>> nn.MaxPool3d(2)(fxkit.randn(1, 3, 4, 8, 8)).shape
+        (1, 3, 2, 4, 4)
+    """
+
+    _FUNCTION = "max_pool3d"
+
+
+class AvgPool3d(AvgPool2d):
+    """Mean over ``kernel_size`` windows of ``(N, C, D, H, W)`` inputs; `AvgPool2d`'s arguments as triples."""
+
+    _FUNCTION = "avg_pool3d"
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
+    """Average pooling of ``(N, C, D, H, W)`` inputs to a fixed ``output_size`` (int, triple, None keeps a side).
+
+    Example:
+        >>> nn.AdaptiveAvgPool3d(1)(fxkit.randn(2, 512, 1, 4, 4)).shape
+        (2, 512, 1, 1, 1)
+    """
+
+    _FUNCTION = "adaptive_avg_pool3d"

@@ -21,6 +21,7 @@ from fxkit.runtime.ops import (  # noqa: F401  (imported for registration)
     conv,
     pooling,
     pooling1d,
+    pooling3d,
     pixel_shuffle,
     glu,
     unfold,

@@ -1,6 +1,6 @@
-"""Convolutions: conv1d, conv2d and conv_transpose2d, on BLAS through numpy/cupy.
+"""Convolutions: conv1d, conv2d, conv3d and conv_transpose2d, on BLAS through numpy/cupy.
 
-conv2d is im2col plus one batched matrix product: a strided view of the
+conv2d and conv3d are im2col plus one batched matrix product: a strided view of the
 (padded) input exposes every kernel window without copying, one reshape
 copies it into columns, and one ``xp.matmul`` over all groups multiplies the
 weight by the columns. The columns are laid out so the product comes out as
@@ -68,12 +68,8 @@ def check_rank(name, shape, ndim):
 
 
 def pad2d(xp, x, top, bottom, left, right, value=0):
-    """``x`` (N, C, H, W) inside a border of ``value``; faster than ``xp.pad`` (one fill, one copy)."""
-    n, c, h, w = x.shape
-    shape = (n, c, top + h + bottom, left + w + right)
-    out = xp.zeros(shape, x.dtype) if value == 0 else xp.full(shape, value, x.dtype)
-    out[:, :, top:top + h, left:left + w] = x
-    return out
+    """``x`` (N, C, H, W) inside a border of ``value``: `pad_spatial` with the four amounts spelled out."""
+    return pad_spatial(xp, x, ((top, bottom), (left, right)), value)
 
 
 def _check_dtypes(name, x, weight, bias):
@@ -95,7 +91,7 @@ def _check_positive(name, values, what):
 def _check_weight_and_bias(name, nd, x_shape, w_shape, bias, groups, transposed):
     """PyTorch's checks of a (transposed) convolution's weight, groups and bias; returns out_channels."""
     layout = "in_channels, out_channels/groups" if transposed else "out_channels, in_channels/groups"
-    spatial = ", ".join(("kL",) if nd == 1 else ("kH", "kW"))
+    spatial = ", ".join(("kD", "kH", "kW")[3 - nd:] if nd > 1 else ("kL",))
     if len(w_shape) != nd + 2:
         raise ShapeError(f"{name}: expected a {nd + 2}-D weight ({layout}, {spatial}), "
                          f"got one of shape {shown(w_shape)}")
@@ -162,40 +158,57 @@ def conv_geometry(name, nd, x, weight, bias, stride, padding, dilation, groups):
     return batched, stride, pads, dilation, out_shape if batched else out_shape[1:]
 
 
-def _conv2d_nchw(xp, x, weight, bias, stride, pads, dilation, groups):
-    """The convolution of a batched ``(N, C, H, W)`` input: im2col and one batched matmul."""
+def pad_spatial(xp, x, pads, value=0):
+    """``x`` (N, C, *spatial) inside a border of ``value``, ``pads`` holding a ``(before, after)``
+    pair per spatial dim; faster than ``xp.pad`` (one fill, one copy)."""
+    shape = tuple(x.shape[:2]) + tuple(lo + size + hi for size, (lo, hi) in zip(x.shape[2:], pads))
+    out = xp.zeros(shape, x.dtype) if value == 0 else xp.full(shape, value, x.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(lo, lo + size) for size, (lo, _) in zip(x.shape[2:], pads))] = x
+    return out
+
+
+def _conv_nchw(xp, x, weight, bias, stride, pads, dilation, groups):
+    """The convolution of a batched ``(N, C, *spatial)`` input (any number of spatial dims):
+    im2col and one batched matmul."""
     if x.dtype.kind == BFLOAT16_KIND:
-        return run_in_float32(_conv2d_nchw, xp, x, weight, bias, stride, pads, dilation, groups)
-    (pt, pb), (pl, pr) = pads
-    if pt or pb or pl or pr:
-        x = pad2d(xp, x, pt, pb, pl, pr)
-    n, c, h, w = x.shape
-    oc, cg, kh, kw = weight.shape
-    sh, sw = stride
-    dh, dw = dilation
-    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-    g, k = groups, cg * kh * kw
+        return run_in_float32(_conv_nchw, xp, x, weight, bias, stride, pads, dilation, groups)
+    if any(lo or hi for lo, hi in pads):
+        x = pad_spatial(xp, x, pads)
+    n, oc, cg, kernel = x.shape[0], weight.shape[0], weight.shape[1], tuple(weight.shape[2:])
+    out_sizes = tuple((size - d * (k - 1) - 1) // s + 1
+                      for size, k, s, d in zip(x.shape[2:], kernel, stride, dilation))
+    g, k, pixels = groups, cg * _product(kernel), _product(out_sizes)
     wmat = weight.reshape(g, oc // g, k)
-    s_n, s_c, s_h, s_w = x.strides
-    taps = (cg * s_c, s_c, s_h * dh, s_w * dw)
+    s_n, s_c, spatial_strides = x.strides[0], x.strides[1], x.strides[2:]
+    taps = (cg * s_c, s_c) + tuple(st * d for st, d in zip(spatial_strides, dilation))
+    moves = tuple(st * s for st, s in zip(spatial_strides, stride))
     as_strided = xp.lib.stride_tricks.as_strided
-    if oh * ow >= _PER_IMAGE_GEMM_MIN_PIXELS:
-        # (N, G, Cg*KH*KW, OH*OW) columns: the product is (N, G, OCg, OH*OW), already NCHW.
+    bias_shape = (oc,) + (1,) * len(kernel)
+    if pixels >= _PER_IMAGE_GEMM_MIN_PIXELS:
+        # (N, G, Cg*K..., OUT...) columns: the product is (N, G, OCg, OUT...), already NCHW.
         # A 1x1 stride-1 conv of a contiguous input reshapes without copying here.
-        cols = as_strided(x, (n, g, cg, kh, kw, oh, ow), (s_n, *taps, s_h * sh, s_w * sw))
-        out = xp.matmul(wmat, cols.reshape(n, g, k, oh * ow)).reshape(n, oc, oh, ow)
+        cols = as_strided(x, (n, g, cg) + kernel + out_sizes, (s_n,) + taps + moves)
+        out = xp.matmul(wmat, cols.reshape(n, g, k, pixels)).reshape((n, oc) + out_sizes)
         if bias is not None:
-            out += bias.reshape(oc, 1, 1)
+            out += bias.reshape(bias_shape)
         return out
-    # Small maps: one (OCg, K) x (K, N*OH*OW) product per group, then one transposing copy.
-    cols = as_strided(x, (g, cg, kh, kw, n, oh, ow), (*taps, s_n, s_h * sh, s_w * sw))
-    prod = xp.matmul(wmat, cols.reshape(g, k, n * oh * ow)).reshape(oc, n, oh, ow).transpose(1, 0, 2, 3)
-    out = xp.empty((n, oc, oh, ow), prod.dtype)
+    # Small maps: one (OCg, K) x (K, N*OUT) product per group, then one transposing copy.
+    cols = as_strided(x, (g, cg) + kernel + (n,) + out_sizes, taps + (s_n,) + moves)
+    prod = xp.matmul(wmat, cols.reshape(g, k, n * pixels)).reshape((oc, n) + out_sizes)
+    prod = prod.transpose((1, 0) + tuple(range(2, 2 + len(kernel))))
+    out = xp.empty((n, oc) + out_sizes, prod.dtype)
     if bias is None:
         out[...] = prod
     else:
-        xp.add(prod, bias.reshape(oc, 1, 1), out=out)
+        xp.add(prod, bias.reshape(bias_shape), out=out)
     return out
+
+
+def _product(values):
+    total = 1
+    for v in values:
+        total *= v
+    return total
 
 
 def _conv2d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -222,7 +235,31 @@ def conv2d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
     batched, stride, pads, dilation, out_shape = conv_geometry(
         "conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
     x = input if batched else input[None]
-    return _conv2d_nchw(xp, x, weight, bias, stride, pads, dilation, groups).reshape(out_shape)
+    return _conv_nchw(xp, x, weight, bias, stride, pads, dilation, groups).reshape(out_shape)
+
+
+def _conv3d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    out_shape = conv_geometry("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)[-1]
+    return TensorMeta(out_shape, input.dtype, input.device)
+
+
+@op("conv3d", kind="conv", shape_rule=_conv3d_rule, method=False)
+def conv3d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-D cross-correlation, as ``torch.nn.functional.conv3d`` (video models: r3d, r(2+1)d).
+
+    Args:
+        input: ``(N, C, D, H, W)`` or unbatched ``(C, D, H, W)``.
+        weight: ``(out_channels, C / groups, kD, kH, kW)``.
+        bias, stride, padding, dilation, groups: as in `conv2d`, with triples.
+
+    Example:
+        >>> fxkit.conv3d(fxkit.randn(1, 3, 4, 8, 8), fxkit.randn(16, 3, 3, 3, 3), padding=1).shape
+        (1, 16, 4, 8, 8)
+    """
+    batched, stride, pads, dilation, out_shape = conv_geometry(
+        "conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
+    x = input if batched else input[None]
+    return _conv_nchw(xp, x, weight, bias, stride, pads, dilation, groups).reshape(out_shape)
 
 
 def _conv1d_rule(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -242,7 +279,7 @@ def conv1d(xp, input, weight, bias=None, stride=1, padding=0, dilation=1, groups
     batched, (s,), (pads,), (d,), out_shape = conv_geometry(
         "conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
     x = input[:, :, None, :] if batched else input[None, :, None, :]
-    out = _conv2d_nchw(xp, x, weight[:, :, None, :], bias, (1, s), ((0, 0), pads), (1, d), groups)
+    out = _conv_nchw(xp, x, weight[:, :, None, :], bias, (1, s), ((0, 0), pads), (1, d), groups)
     return out.reshape(out_shape)
 
 
@@ -315,7 +352,7 @@ def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_p
         # (it is conv2d's input gradient: half the time of a small net's training step).
         flipped = weight[:, :, ::-1, ::-1].reshape(g, c // g, ocg, kh, kw).transpose(0, 2, 1, 3, 4)
         adjoint = xp.ascontiguousarray(flipped).reshape(oc, c // g, kh, kw)
-        out = _conv2d_nchw(xp, x, adjoint, bias, (1, 1), ((top, top), (left, left)), (dh, dw), groups)
+        out = _conv_nchw(xp, x, adjoint, bias, (1, 1), ((top, top), (left, left)), (dh, dw), groups)
         return out.reshape(out_shape)
     oh, ow = out_shape[-2:]
     wmat = weight.reshape(g, c // g, ocg * kh * kw).transpose(0, 2, 1)

@@ -2,19 +2,22 @@
 
 The window ops loop over the kernel's taps, not over the data: each tap is
 one strided slice of the (padded) input covering every output position, so a
-3x3 pool is nine whole-array ``maximum``/``add`` calls, faster in numpy than
+3x3 pool is nine whole-array ``maximum``/``add`` calls (written over any number
+of spatial dims: `pooling3d` runs the same ``max_pool``/``avg_pool``), faster in numpy than
 reducing a windowed view over its two small trailing axes. The averaging
 pools add bfloat16 up in float32 and round once, as PyTorch does
 (`low_precision.run_in_float32`); max pooling only selects, so it runs in the
 input's dtype.
 """
+import itertools
+
 import numpy as np
 
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.conv import check_rank, ntuple, pad2d, sliding_size
+from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial, sliding_size
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, shown
 
@@ -29,14 +32,14 @@ def _pool_size(size, k, s, p, d, ceil_mode):
     return out
 
 
-def _pool_geometry(name, x, kernel_size, stride, padding, dilation, ceil_mode):
-    """Check a 2-D pool's arguments like PyTorch; returns ``(batched, kernel, stride, padding,
-    dilation, out_shape)`` with pairs for the spatial arguments."""
-    batched = check_rank(name, x.shape, 4)
-    kernel = ntuple(kernel_size, 2, name, "kernel_size")
-    stride = kernel if stride is None or stride == () or stride == [] else ntuple(stride, 2, name, "stride")
-    padding = ntuple(padding, 2, name, "padding")
-    dilation = ntuple(dilation, 2, name, "dilation")
+def _pool_geometry(name, x, kernel_size, stride, padding, dilation, ceil_mode, nd=2):
+    """Check an ``nd``-D pool's arguments like PyTorch; returns ``(batched, kernel, stride, padding,
+    dilation, out_shape)`` with ``nd``-tuples for the spatial arguments."""
+    batched = check_rank(name, x.shape, nd + 2)
+    kernel = ntuple(kernel_size, nd, name, "kernel_size")
+    stride = kernel if stride is None or stride == () or stride == [] else ntuple(stride, nd, name, "stride")
+    padding = ntuple(padding, nd, name, "padding")
+    dilation = ntuple(dilation, nd, name, "dilation")
     for values, what in ((kernel, "kernel_size"), (stride, "stride"), (dilation, "dilation")):
         if any(v < 1 for v in values):
             raise ShapeError(f"{name}: {what} must be positive, got {list(values)}")
@@ -44,31 +47,31 @@ def _pool_geometry(name, x, kernel_size, stride, padding, dilation, ceil_mode):
         raise ShapeError(f"{name}: pad should be at most half of kernel size, but got padding={list(padding)} "
                          f"for kernel_size={list(kernel)}")
     out = tuple(_pool_size(size, k, s, p, d, ceil_mode)
-                for size, k, s, p, d in zip(x.shape[-2:], kernel, stride, padding, dilation))
+                for size, k, s, p, d in zip(x.shape[-nd:], kernel, stride, padding, dilation))
     if any(isinstance(o, int) and o < 1 for o in out):
         raise ShapeError(f"{name}: input of shape {shown(x.shape)} gives an output of size {list(out)}, "
                          f"which is too small; use a smaller kernel_size or more padding")
-    return batched, kernel, stride, padding, dilation, tuple(x.shape[:-2]) + out
+    return batched, kernel, stride, padding, dilation, tuple(x.shape[:-nd]) + out
 
 
 def _windows(x, kernel, stride, dilation, out_hw):
-    """Yield ``(i, j, view)``: for each kernel tap, the input values it sees at every output position."""
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
-    span_h, span_w = (oh - 1) * sh + 1, (ow - 1) * sw + 1
-    for i in range(kh):
-        for j in range(kw):
-            yield i, j, x[..., i * dh:i * dh + span_h:sh, j * dw:j * dw + span_w:sw]
+    """Yield ``(taps, view)``: for each kernel tap (a tuple of per-axis offsets, row-major), the
+    input values it sees at every output position."""
+    spans = [(o - 1) * s + 1 for o, s in zip(out_hw, stride)]
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        yield taps, x[(Ellipsis,) + tuple(slice(t * d, t * d + span, s)
+                                          for t, d, span, s in zip(taps, dilation, spans, stride))]
 
 
 def _padded(xp, x, kernel, stride, padding, dilation, out_hw, value):
-    """``x`` as 4-D with the border its windows reach into (PyTorch's padding plus ceil mode's overhang)."""
-    if x.ndim == 3:
+    """``x`` batched with the border its windows reach into (PyTorch's padding plus ceil mode's overhang)."""
+    nd = len(kernel)
+    if x.ndim == nd + 1:
         x = x[None]
     pad_after = [max(0, (o - 1) * s + d * (k - 1) + 1 - size - p)
-                 for o, s, d, k, size, p in zip(out_hw, stride, dilation, kernel, x.shape[-2:], padding)]
-    (ph, pw), (ah, aw) = padding, pad_after
-    if ph or pw or ah or aw:
-        x = pad2d(xp, x, ph, ah, pw, aw, value)
+                 for o, s, d, k, size, p in zip(out_hw, stride, dilation, kernel, x.shape[-nd:], padding)]
+    if any(padding) or any(pad_after):
+        x = pad_spatial(xp, x, tuple(zip(padding, pad_after)), value)
     return x
 
 
@@ -77,8 +80,9 @@ def _first_inside(start, step):
     return np.where(start < 0, start + step * ((step - 1 - start) // step), start)
 
 
-def _max_with_indices(xp, x, width, kernel, stride, padding, dilation, out_hw, lowest, floating):
-    """Max pooling of the padded ``x`` with PyTorch's indices into the unpadded ``H * W``.
+def _max_with_indices(xp, x, sizes, kernel, stride, padding, dilation, out_hw, lowest, floating):
+    """Max pooling of the padded ``x`` with PyTorch's indices into the unpadded spatial dims
+    (``sizes``, flattened: ``H * W`` or ``D * H * W``).
 
     PyTorch scans each window from -inf with its index at the window's first
     real element; a tap replaces the maximum when strictly greater or NaN, so
@@ -87,18 +91,21 @@ def _max_with_indices(xp, x, width, kernel, stride, padding, dilation, out_hw, l
     it is updated by arithmetic, as numpy's masked copies (``where``,
     ``copyto``) are ten times slower on a random mask.
     """
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    rows = np.arange(out_hw[0]) * sh - ph
-    cols = np.arange(out_hw[1]) * sw - pw
-    first_tap = (((_first_inside(rows, dh) - rows) // dh)[:, None] * kw
-                 + ((_first_inside(cols, dw) - cols) // dw)[None, :])
+    nd = len(kernel)
+    # per axis: each window's first position (in the unpadded input) and the tap of its first real element
+    starts = [np.arange(o) * s - p for o, s, p in zip(out_hw, stride, padding)]
+    firsts = [(_first_inside(start, d) - start) // d for start, d in zip(starts, dilation)]
+    tap_strides = [int(np.prod(kernel[a + 1:])) for a in range(nd)]
+    flat_strides = [int(np.prod(sizes[a + 1:])) for a in range(nd)]
+    first_tap = sum(f * ts for f, ts in zip(np.ix_(*firsts), tap_strides))
     shape = x.shape[:2] + tuple(out_hw)
+    taps_total = int(np.prod(kernel))
     best = xp.full(shape, lowest, x.dtype)
-    tap = xp.empty(shape, np.uint8 if kh * kw <= 256 else np.int32)
+    tap = xp.empty(shape, np.uint8 if taps_total <= 256 else np.int32)
     tap[...] = xp.asarray(first_tap)
     change, take = xp.empty(shape, tap.dtype), xp.empty(shape, np.bool_)
     nan = xp.empty(shape, np.bool_) if floating else None
-    for t, (_, _, v) in enumerate(_windows(x, kernel, stride, dilation, out_hw)):
+    for t, (_, v) in enumerate(_windows(x, kernel, stride, dilation, out_hw)):
         xp.greater(v, best, out=take)
         if floating:
             xp.logical_or(take, xp.isnan(v, out=nan), out=take)
@@ -106,21 +113,44 @@ def _max_with_indices(xp, x, width, kernel, stride, padding, dilation, out_hw, l
         xp.bitwise_xor(tap, t, out=change)  # tap ^= (tap ^ t) * take: tap becomes t where taken
         xp.multiply(change, take, out=change)
         xp.bitwise_xor(tap, change, out=tap)
-    taps = np.arange(kh * kw)
-    offsets = xp.asarray(taps // kw * dh * width + taps % kw * dw)
-    index = xp.take(offsets, tap)
-    index += xp.asarray(rows[:, None] * width + cols[None, :])
+    taps = np.arange(taps_total)
+    offsets = sum(taps // ts % k * d * fs for ts, k, d, fs in zip(tap_strides, kernel, dilation, flat_strides))
+    index = xp.take(xp.asarray(offsets), tap)
+    index += xp.asarray(sum(start * fs for start, fs in zip(np.ix_(*starts), flat_strides)))
     return best, index
 
 
-def _max_pool2d_rule(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-                     return_indices=False):
-    out_shape = _pool_geometry("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)[-1]
-    values = TensorMeta(out_shape, input.dtype, input.device)
-    return (values, TensorMeta(out_shape, _dt.int64, input.device)) if return_indices else values
+def _max_pool_rule(name, nd):
+    """The shape rule of the ``nd``-D max pool ``name``."""
+    def rule(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+        out_shape = _pool_geometry(name, input, kernel_size, stride, padding, dilation, ceil_mode, nd)[-1]
+        values = TensorMeta(out_shape, input.dtype, input.device)
+        return (values, TensorMeta(out_shape, _dt.int64, input.device)) if return_indices else values
+    return rule
 
 
-@op("max_pool2d", kind="conv", shape_rule=_max_pool2d_rule, method=False)
+def max_pool(xp, name, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    """The ``nd``-D max pool of `max_pool2d` and `max_pool3d`, errors reported under ``name``."""
+    _, kernel, stride, padding, dilation, out_shape = _pool_geometry(
+        name, input, kernel_size, stride, padding, dilation, ceil_mode, nd)
+    dtype = dtype_of(input)
+    if dtype is _dt.bool_:
+        raise DTypeError(f"{name}: bool tensors are not supported; cast the input with .float() first")
+    floating = dtype.is_floating_point
+    lowest = -np.inf if floating else np.iinfo(input.dtype).min
+    out_hw = out_shape[-nd:]
+    x = _padded(xp, input, kernel, stride, padding, dilation, out_hw, lowest)
+    if not return_indices:
+        out = None
+        for _, v in _windows(x, kernel, stride, dilation, out_hw):
+            out = v.copy() if out is None else xp.maximum(out, v, out=out)
+        return out.reshape(out_shape)
+    best, index = _max_with_indices(xp, x, tuple(input.shape[-nd:]), kernel, stride, padding, dilation, out_hw,
+                                    lowest, floating)
+    return best.reshape(out_shape), index.reshape(out_shape)
+
+
+@op("max_pool2d", kind="conv", shape_rule=_max_pool_rule("max_pool2d", 2), method=False)
 def max_pool2d(xp, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """2-D max pooling, as ``torch.nn.functional.max_pool2d``.
 
@@ -135,23 +165,7 @@ def max_pool2d(xp, input, kernel_size, stride=None, padding=0, dilation=1, ceil_
     Returns:
         The pooled tensor, or ``(values, indices)`` with ``return_indices``.
     """
-    _, kernel, stride, padding, dilation, out_shape = _pool_geometry(
-        "max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode)
-    dtype = dtype_of(input)
-    if dtype is _dt.bool_:
-        raise DTypeError("max_pool2d: bool tensors are not supported; cast the input with .float() first")
-    floating = dtype.is_floating_point
-    lowest = -np.inf if floating else np.iinfo(input.dtype).min
-    out_hw = out_shape[-2:]
-    x = _padded(xp, input, kernel, stride, padding, dilation, out_hw, lowest)
-    if not return_indices:
-        out = None
-        for _, _, v in _windows(x, kernel, stride, dilation, out_hw):
-            out = v.copy() if out is None else xp.maximum(out, v, out=out)
-        return out.reshape(out_shape)
-    best, index = _max_with_indices(xp, x, input.shape[-1], kernel, stride, padding, dilation, out_hw, lowest,
-                                    floating)
-    return best.reshape(out_shape), index.reshape(out_shape)
+    return max_pool(xp, "max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
 def _avg_divisor(size, out, k, s, p, count_include_pad):
@@ -164,13 +178,59 @@ def _avg_divisor(size, out, k, s, p, count_include_pad):
     return np.minimum(end, size) - np.maximum(start, 0)
 
 
-def _avg_pool2d_rule(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-                     divisor_override=None):
-    out_shape = _pool_geometry("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)[-1]
-    return TensorMeta(out_shape, input.dtype, input.device)
+def _avg_pool_rule(name, nd):
+    """The shape rule of the ``nd``-D average pool ``name``."""
+    def rule(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
+        out_shape = _pool_geometry(name, input, kernel_size, stride, padding, 1, ceil_mode, nd)[-1]
+        return TensorMeta(out_shape, input.dtype, input.device)
+    return rule
 
 
-@op("avg_pool2d", kind="conv", shape_rule=_avg_pool2d_rule, method=False)
+def avg_pool(xp, name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """The ``nd``-D average pool of `avg_pool2d` and `avg_pool3d`, errors reported under ``name``."""
+    _, kernel, stride, padding, dilation, out_shape = _pool_geometry(
+        name, input, kernel_size, stride, padding, 1, ceil_mode, nd)
+    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
+        raise ShapeError(f"{name}: divisor_override must be a nonzero integer, got {divisor_override!r}")
+    dtype = dtype_of(input)
+    if dtype is _dt.bool_:
+        raise DTypeError(f"{name}: bool tensors are not supported; cast the input with .float() first")
+    if dtype is _dt.bfloat16:
+        return run_in_float32(avg_pool, xp, name, nd, input, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)
+    out_hw = out_shape[-nd:]
+    x = _padded(xp, input, kernel, stride, padding, dilation, out_hw, 0)
+    floating = dtype.is_floating_point
+    acc = None
+    for _, v in _windows(x, kernel, stride, dilation, out_hw):
+        if acc is None:
+            acc = v.astype(x.dtype if floating else np.int64)
+        else:
+            acc += v
+    if divisor_override is not None:
+        divisor = divisor_override
+    else:
+        per_axis = [_avg_divisor(size, o, k, s, p, count_include_pad)
+                    for size, o, k, s, p in zip(input.shape[-nd:], out_hw, kernel, stride, padding)]
+        divisor = _outer_product(per_axis)
+        first = divisor.flat[0]
+        divisor = int(first) if (divisor == first).all() else xp.asarray(divisor.astype(acc.dtype))
+    if floating:
+        acc /= divisor
+        return acc.reshape(out_shape)
+    return xp.trunc(acc / divisor).astype(input.dtype).reshape(out_shape)
+
+
+def _outer_product(per_axis):
+    """The products of one entry per axis, as an array with one dim per axis."""
+    out = np.ones((), np.int64)
+    for values in np.ix_(*per_axis):
+        out = out * values
+    return out
+
+
+@op("avg_pool2d", kind="conv", shape_rule=_avg_pool_rule("avg_pool2d", 2), method=False)
 def avg_pool2d(xp, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """2-D average pooling, as ``torch.nn.functional.avg_pool2d``.
@@ -185,53 +245,26 @@ def avg_pool2d(xp, input, kernel_size, stride=None, padding=0, ceil_mode=False, 
 
     Integer inputs average with truncating division, like PyTorch.
     """
-    _, kernel, stride, padding, dilation, out_shape = _pool_geometry(
-        "avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode)
-    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
-        raise ShapeError(f"avg_pool2d: divisor_override must be a nonzero integer, got {divisor_override!r}")
-    dtype = dtype_of(input)
-    if dtype is _dt.bool_:
-        raise DTypeError("avg_pool2d: bool tensors are not supported; cast the input with .float() first")
-    if dtype is _dt.bfloat16:
-        return run_in_float32(avg_pool2d.impl, xp, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                              divisor_override)
-    out_hw = out_shape[-2:]
-    x = _padded(xp, input, kernel, stride, padding, dilation, out_hw, 0)
-    floating = dtype.is_floating_point
-    acc = None
-    for _, _, v in _windows(x, kernel, stride, dilation, out_hw):
-        if acc is None:
-            acc = v.astype(x.dtype if floating else np.int64)
-        else:
-            acc += v
-    if divisor_override is not None:
-        divisor = divisor_override
-    else:
-        per_axis = [_avg_divisor(size, o, k, s, p, count_include_pad)
-                    for size, o, k, s, p in zip(input.shape[-2:], out_hw, kernel, stride, padding)]
-        divisor = per_axis[0][:, None] * per_axis[1][None, :]
-        divisor = int(divisor[0, 0]) if (divisor == divisor[0, 0]).all() else xp.asarray(divisor.astype(acc.dtype))
-    if floating:
-        acc /= divisor
-        return acc.reshape(out_shape)
-    return xp.trunc(acc / divisor).astype(input.dtype).reshape(out_shape)
+    return avg_pool(xp, "avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                    divisor_override)
 
 
-def _adaptive_geometry(x, output_size, name="adaptive_avg_pool2d"):
-    check_rank(name, x.shape, 4)
+def adaptive_geometry(x, output_size, name="adaptive_avg_pool2d", nd=2):
+    """Check an ``nd``-D adaptive pool's arguments like PyTorch; returns the output shape."""
+    check_rank(name, x.shape, nd + 2)
     require_float(name, x)
-    if any(isinstance(d, int) and d == 0 for d in x.shape[-3:]):
+    if any(isinstance(d, int) and d == 0 for d in x.shape[-nd - 1:]):
         raise ShapeError(f"{name}: expected an input with non-zero sizes outside the batch dimension, "
                          f"got shape {shown(x.shape)}")
-    size = ntuple(output_size, 2, name, "output_size")
-    size = tuple(d if o is None else o for o, d in zip(size, x.shape[-2:]))
+    size = ntuple(output_size, nd, name, "output_size")
+    size = tuple(d if o is None else o for o, d in zip(size, x.shape[-nd:]))
     if any(isinstance(o, int) and o < 0 for o in size):
         raise ShapeError(f"{name}: output_size must be non-negative, got {output_size!r}")
-    return tuple(x.shape[:-2]) + size
+    return tuple(x.shape[:-nd]) + size
 
 
 def _adaptive_avg_pool2d_rule(input, output_size):
-    return TensorMeta(_adaptive_geometry(input, output_size), input.dtype, input.device)
+    return TensorMeta(adaptive_geometry(input, output_size), input.dtype, input.device)
 
 
 def adaptive_matrix(size, out, dtype):
@@ -268,7 +301,7 @@ def adaptive_avg_pool2d(xp, input, output_size):
         >>> fxkit.adaptive_avg_pool2d(fxkit.randn(8, 512, 7, 7), 1).shape
         (8, 512, 1, 1)
     """
-    out_shape = _adaptive_geometry(input, output_size)
+    out_shape = adaptive_geometry(input, output_size)
     if input.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(adaptive_avg_pool2d.impl, xp, input, output_size)
     (h, w), (oh, ow) = input.shape[-2:], out_shape[-2:]
@@ -290,7 +323,7 @@ def adaptive_bounds(size, out):
 
 
 def _adaptive_max_pool2d_rule(input, output_size, return_indices=False):
-    out_shape = _adaptive_geometry(input, output_size, "adaptive_max_pool2d")
+    out_shape = adaptive_geometry(input, output_size, "adaptive_max_pool2d")
     values = TensorMeta(out_shape, input.dtype, input.device)
     return (values, TensorMeta(out_shape, _dt.int64, input.device)) if return_indices else values
 
@@ -310,7 +343,7 @@ def adaptive_max_pool2d(xp, input, output_size, return_indices=False):
         >>> fxkit.adaptive_max_pool2d(fxkit.randn(2, 8, 7, 5), (3, 2)).shape
         (2, 8, 3, 2)
     """
-    out_shape = _adaptive_geometry(input, output_size, "adaptive_max_pool2d")
+    out_shape = adaptive_geometry(input, output_size, "adaptive_max_pool2d")
     (h, w), (oh, ow) = input.shape[-2:], out_shape[-2:]
     lead = input.shape[:-2]
     if not return_indices:

@@ -117,3 +117,14 @@ for _ref, _tag in ((_weight_grad_ref, ""), (torch_ref(_weight_grad_torch), "_tor
          id="stride_padding_dilation_groups" + _tag, rtol=1e-4, atol=1e-5)
     case("conv2d_weight_grad", lambda r: ((randf(r, 1, 2, 20, 20), (3, 2, 1, 1), randf(r, 1, 3, 20, 20)), {}), _ref,
          id="pointwise" + _tag, rtol=1e-4, atol=1e-5)
+
+
+def _weight_grad3d_torch(x, weight_size, g, stride=1, padding=0, dilation=1, groups=1):
+    import torch
+
+    return torch.nn.grad.conv3d_weight(x, weight_size, g, stride, padding, dilation, groups)
+
+
+case("conv2d_weight_grad", lambda r: ((randf(r, 2, 4, 5, 7, 6), (6, 2, 3, 2, 3), randf(r, 2, 6, 5, 4, 4)),
+                                      {"stride": (1, 2, 1), "padding": 1, "dilation": (1, 1, 2), "groups": 2}),
+     torch_ref(_weight_grad3d_torch), id="conv3d_weight_torch", rtol=1e-4, atol=1e-5)
