@@ -21,7 +21,7 @@ Example (on every rank):
 import numpy as np
 
 from fxkit.distributed.process_group import check_usable, resolve
-from fxkit.distributed.work import Work, quick_test
+from fxkit.distributed.work import Work, mpi_failure, quick_test
 from fxkit.errors import DistributedError
 from fxkit.runtime.autograd.autograd_meta import bump_version
 
@@ -44,28 +44,29 @@ _MPI_OPS = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD", 
 # What MPI reduces as it is, in place (16-bit floats go through float32 and bool through bytes: `_reduction`).
 _MPI_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
                                               np.uint8, np.uint16, np.uint32, np.uint64))
-_DIRECT_OPS = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Combine ``tensor`` over every rank of ``group``, in place, on every rank."""
     group = resolve(group)
-    if not group.is_member:
+    comm = group.comm
+    if comm is None:  # not a member
         return None
     data = tensor._data
-    if (not async_op and op in _DIRECT_OPS and type(data) is np.ndarray and data.dtype in _MPI_NATIVE
-            and data.flags.c_contiguous):
-        _all_reduce_now(group, data, op)
-        bump_version(tensor)
-        return None
+    if not async_op and type(data) is np.ndarray and data.flags.c_contiguous and data.dtype in _MPI_NATIVE:
+        mpi_op = group.direct_ops.get(op)  # NOTE: None for AVG (a division follows) and for an unknown op
+        if mpi_op is not None:
+            _all_reduce_now(group, comm, data, mpi_op, op)
+            bump_version(tensor)
+            return None
     what = group.next_seq(f"all_reduce({op})")
     host, write_back = _staged(tensor, "all_reduce")
     work, mpi_op, finish = _reduction(host, op, group, "all_reduce")
-    request = group.comm.Iallreduce(group.MPI.IN_PLACE, work.reshape(-1), mpi_op)
+    request = comm.Iallreduce(group.MPI.IN_PLACE, work.reshape(-1), mpi_op)
     return _issue(group, request, what, async_op, (finish, write_back), (host, work), tensor)
 
 
-def _all_reduce_now(group, data, op):
+def _all_reduce_now(group, comm, data, mpi_op, op):
     """A synchronous all_reduce of a contiguous host array MPI reduces as it is, with no staging.
 
     Why a path of its own: a small all_reduce takes MPI a few microseconds, and
@@ -74,11 +75,13 @@ def _all_reduce_now(group, data, op):
     """
     check_usable()
     group.seq += 1
-    MPI = group.MPI
-    request = group.comm.Iallreduce(MPI.IN_PLACE, data, getattr(MPI, _MPI_OPS[op]))
-    what = lambda: f"all_reduce({op}) #{group.seq}"  # noqa: E731  (formatted only for an error or a slow wait)
-    if not quick_test(request, group, what):
-        Work(group, request, what(), None, (data,)).wait()
+    request = comm.Iallreduce(group.MPI.IN_PLACE, data, mpi_op)
+    try:
+        if quick_test(request):
+            return
+    except group.MPI.Exception as exc:
+        raise mpi_failure(group, f"all_reduce({op}) #{group.seq}", exc) from None
+    Work(group, request, f"all_reduce({op}) #{group.seq}", None, (data,)).wait()
 
 
 def broadcast(tensor, src, group=None, async_op=False):

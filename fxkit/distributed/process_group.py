@@ -45,6 +45,9 @@ class ProcessGroup:
         self.side = comm.Dup() if comm is not None else None
         self.seq = 0
         self.waiting_on = None
+        # The ops MPI applies as they are, by `ReduceOp` name (AVG is a SUM then a division).
+        MPI = self.MPI
+        self.direct_ops = {"sum": MPI.SUM, "product": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
         self._replies = []
 
     @property

@@ -73,7 +73,10 @@ class Work:
         return True
 
     def _quick_test(self):
-        return quick_test(self._request, self._group, self._what)
+        try:
+            return quick_test(self._request)
+        except self._group.MPI.Exception as exc:
+            raise mpi_failure(self._group, self._what, exc) from None
 
     def _test(self):
         try:
@@ -91,18 +94,15 @@ class Work:
         return f"Work({self._what}, completed={self._done})"
 
 
-def quick_test(request, group, what):
+def quick_test(request):
     """Whether ``request`` completed within `QUICK_TESTS` back-to-back tests (bounded: needs no deadline).
 
-    ``what`` (a string, or a callable making it) names the collective in the error of a failed MPI call.
+    A failed MPI call raises MPI's own exception: the caller names the collective (`mpi_failure`).
     """
     test = request.Test
-    try:
-        for _ in range(QUICK_TESTS):
-            if test():
-                return True
-    except group.MPI.Exception as exc:
-        raise mpi_failure(group, what() if callable(what) else what, exc) from None
+    for _ in range(QUICK_TESTS):
+        if test():
+            return True
     return False
 
 
