@@ -106,6 +106,8 @@ def overlap(args):
     hooks_only.reducer.use_progress_thread = False
     views = dist.DistributedDataParallel(model, bucket_cap_mb=4, gradient_as_bucket_view=True)
     views.reducer.use_progress_thread = False
+    views_thread = dist.DistributedDataParallel(model, bucket_cap_mb=4, gradient_as_bucket_view=True)
+    views_thread.reducer.use_progress_thread = True
     x = fxkit.randn(BATCH, WIDTH)
     repeats = 5 if args.quick else 15
 
@@ -128,28 +130,36 @@ def overlap(args):
         y = hooks_only(x)
         (y * y).mean().backward()
 
-    def overlapped_views():
-        model.zero_grad(set_to_none=False)  # NOTE: the gradients stay views of the buckets: no copies
-        y = views(x)
-        (y * y).mean().backward()
+    def with_views(wrapper):
+        def step():
+            model.zero_grad(set_to_none=False)  # NOTE: the gradients stay views of the buckets: no copies
+            y = wrapper(x)
+            (y * y).mean().backward()
+
+        return step
+
+    overlapped_views, overlapped_views_thread = with_views(views), with_views(views_thread)
 
     def forward_only():
         with fxkit.no_grad():
             model(x)
 
-    for fn in (backward_alone, after, overlapped, overlapped_hooks_only, overlapped_views):
+    variants = {"fwd": forward_only, "bwd": backward_alone, "after": after, "ddp": overlapped,
+                "hooks": overlapped_hooks_only, "views": overlapped_views, "views_thread": overlapped_views_thread}
+    for fn in variants.values():
         fn()  # warm-up
-    times = best_of({"fwd": forward_only, "bwd": backward_alone, "after": after, "ddp": overlapped,
-                     "hooks": overlapped_hooks_only, "views": overlapped_views}, repeats)
+    times = best_of(variants, repeats)
     t_fwd = times["fwd"]
     t_bwd, t_after = times["bwd"] - t_fwd, times["after"] - t_fwd
     t_ddp, t_hooks, t_views = times["ddp"] - t_fwd, times["hooks"] - t_fwd, times["views"] - t_fwd
+    t_views_thread = times["views_thread"] - t_fwd
     t_ar = t_after - t_bwd
     hidden = (lambda t: (t_bwd + t_ar - t) / t_ar if t_ar > 0 else float("nan"))
     return {"buckets": ddp.reducer.bucket_count, "backward_ms": 1e3 * t_bwd, "allreduce_ms": 1e3 * t_ar,
             "after_ms": 1e3 * t_after, "ddp_ms": 1e3 * t_ddp, "hidden": hidden(t_ddp),
             "hooks_ms": 1e3 * t_hooks, "hidden_hooks": hidden(t_hooks), "views_ms": 1e3 * t_views,
-            "hidden_views": hidden(t_views)}
+            "hidden_views": hidden(t_views), "views_thread_ms": 1e3 * t_views_thread,
+            "hidden_views_thread": hidden(t_views_thread)}
 
 
 def steps(args):
@@ -217,7 +227,8 @@ def main():
         print(f"  the same without the progress thread (MPI progresses only in hooks and waits) "
               f"{o['hooks_ms']:.1f} ms: {o['hidden_hooks']:.0%} hidden")
         print(f"  and with gradient_as_bucket_view=True, gradients zeroed in place (no copies in or out of the "
-              f"buckets) {o['views_ms']:.1f} ms: {o['hidden_views']:.0%} hidden")
+              f"buckets) {o['views_ms']:.1f} ms: {o['hidden_views']:.0%} hidden; with the progress thread too "
+              f"{o['views_thread_ms']:.1f} ms: {o['hidden_views_thread']:.0%} hidden")
     print(f"\ndigits Net step time, global batch {BATCH}")
     base = None
     for n in (1, 2, 4):
