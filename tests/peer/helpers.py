@@ -1,7 +1,8 @@
-"""Shared bits of the ports of torch.fx's tests (tests/peer): inputs and comparisons."""
+"""Shared bits of the ports of torch.fx's tests (tests/peer): inputs, comparisons, a module, a check."""
 import numpy as np
 
 import fxkit
+from fxkit import nn
 
 
 def tensor(*values, dtype=np.float32):
@@ -32,3 +33,28 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6):
             assert_close(a, e, rtol, atol)
         return
     np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=rtol, atol=atol)
+
+
+class LinearClamp(nn.Module):
+    """The original tests' ``MyModule``: a parameter, a Linear and a clamp."""
+
+    def __init__(self):
+        super().__init__()
+        self.param = nn.Parameter(fxkit.rand(3, 4))
+        self.linear = nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.linear(x + self.param).clamp(min=0.0, max=1.0)
+
+
+def check_graph_module(m, args, kwargs=None):
+    """torch.fx's ``checkGraphModule``: trace ``m``, lint the graph, and compare with ``m`` itself."""
+    kwargs = kwargs or {}
+    ref_outs = m(*args, **kwargs)
+    gm = fxkit.symbolic_trace(m)
+    gm.graph.lint()
+    test_outs = gm(*args, **kwargs)
+    if hasattr(ref_outs, "numpy") or isinstance(ref_outs, (tuple, list)):
+        assert_equal(test_outs, ref_outs)
+    else:
+        assert test_outs == ref_outs

@@ -17,7 +17,7 @@ import fxkit.nn.functional as F
 from fxkit import GraphModule, Tracer, TraceError, nn, ops, symbolic_trace
 from fxkit.graph import Graph, Transformer
 from fxkit.tracer import Proxy
-from tests.peer.helpers import assert_close, assert_equal, randn
+from tests.peer.helpers import assert_close, assert_equal, check_graph_module, randn
 
 
 class SimpleTest(nn.Module):
@@ -52,14 +52,6 @@ def wrapped_via_decorator(a):
 real_wrapped_via_decorator = wrapped_via_decorator
 real_a_lifed_leaf = a_lifted_leaf
 real_a_lifed_leaf2 = a_lifted_leaf2
-
-
-def check_graph_module(m, args, kwargs=None):
-    kwargs = kwargs or {}
-    ref_outs = m(*args, **kwargs)
-    gm = symbolic_trace(m)
-    gm.graph.lint()
-    assert_equal(gm(*args, **kwargs), ref_outs)
 
 
 # test/test_fx.py::TestFX::test_graph_module

@@ -16,7 +16,7 @@ from fxkit.graph import Graph
 from fxkit.graph.immutable import ImmutableDict, ImmutableList
 from fxkit.tracer import Proxy
 from fxkit.tracer.specialize import check_specialized
-from tests.peer.helpers import assert_equal, randn
+from tests.peer.helpers import assert_equal, check_graph_module, randn
 
 
 class SimpleTest(nn.Module):
@@ -32,18 +32,6 @@ class MyNamedTup(NamedTuple):
 class Pair(NamedTuple):
     x: object
     y: object
-
-
-def check_graph_module(m, args, kwargs=None):
-    kwargs = kwargs or {}
-    ref_outs = m(*args, **kwargs)
-    gm = symbolic_trace(m)
-    gm.graph.lint()
-    test_outs = gm(*args, **kwargs)
-    if hasattr(ref_outs, "numpy"):
-        assert_equal(test_outs, ref_outs)
-    else:
-        assert test_outs == ref_outs
 
 
 # test/test_fx.py::TestFX::test_move_before

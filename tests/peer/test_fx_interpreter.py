@@ -17,22 +17,12 @@ import pytest
 import fxkit
 from fxkit import GraphModule, Interpreter, Transformer, nn, ops, symbolic_trace
 from fxkit.graph import Graph
-from tests.peer.helpers import assert_close, assert_equal, randn
-
-
-class MyModule(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.param = nn.Parameter(fxkit.rand(3, 4))
-        self.linear = nn.Linear(4, 5)
-
-    def forward(self, x):
-        return self.linear(x + self.param).clamp(min=0.0, max=1.0)
+from tests.peer.helpers import LinearClamp, assert_close, assert_equal, randn
 
 
 # test/test_fx.py::TestFX::test_interpreter
 def test_interpreter():
-    m = MyModule()
+    m = LinearClamp()
     gm = symbolic_trace(m)
     interpreter = Interpreter(gm)
     x = randn(3, 4)
@@ -42,7 +32,7 @@ def test_interpreter():
 
 # test/test_fx.py::TestFX::test_interpreter_run_node_override
 def test_interpreter_run_node_override():
-    gm = symbolic_trace(MyModule())
+    gm = symbolic_trace(LinearClamp())
 
     class RunNodeInterpreter(Interpreter):
         def run_node(self, n):
@@ -73,7 +63,7 @@ def test_interpreter_onthefly_swap():
 
 # test/test_fx.py::TestFX::test_interpreter_partial_eval
 def test_interpreter_partial_eval():
-    gm = symbolic_trace(MyModule())
+    gm = symbolic_trace(LinearClamp())
     interp = Interpreter(gm)
     env = {}
     for node in gm.graph.nodes:
@@ -119,7 +109,7 @@ def test_interpreter_gc_values():
 
 # test/test_fx.py::TestFX::test_transformer_noop
 def test_transformer_noop():
-    gm = symbolic_trace(MyModule())
+    gm = symbolic_trace(LinearClamp())
     new_gm = Transformer(gm).transform()
     x = randn(3, 4)
     assert_equal(new_gm(x), gm(x))

@@ -18,7 +18,7 @@ import fxkit
 from fxkit import GraphError, GraphModule, Interpreter, TraceError, Tracer, Transformer, nn, symbolic_trace
 from fxkit.graph import Graph
 from fxkit.tracer import Proxy
-from tests.peer.helpers import assert_close, assert_equal, randn
+from tests.peer.helpers import LinearClamp, assert_close, assert_equal, randn
 
 
 def my_decorator(f):
@@ -263,16 +263,6 @@ def test_transformer_preserves_nn_module_stack_for_get_attr():
             assert node.meta["nn_module_stack"] == "self"
             assert node.meta["stack_trace"] == "stack_trace"
             assert node.meta["source_fn_stack"] == "source_fn_stack"
-
-
-class LinearClamp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.param = nn.Parameter(fxkit.rand(3, 4))
-        self.linear = nn.Linear(4, 5)
-
-    def forward(self, x):
-        return self.linear(x + self.param).clamp(min=0.0, max=1.0)
 
 
 # test/test_fx.py::TestFX::test_interpreter_other_graph

@@ -13,7 +13,7 @@ import pytest
 import fxkit
 from fxkit import GraphModule, Tracer, nn, symbolic_trace
 from fxkit.tracer import ProxyableClassMeta
-from tests.peer.helpers import assert_close, assert_equal, randn
+from tests.peer.helpers import assert_close, assert_equal, check_graph_module, randn
 
 _sqrt = sqrt
 
@@ -21,18 +21,6 @@ _sqrt = sqrt
 # are recorded as calls (test_torch_fx_len, test_torch_fx_getattr).
 fxkit.wrap("len")
 fxkit.wrap("getattr")
-
-
-def check_graph_module(m, args, kwargs=None):
-    kwargs = kwargs or {}
-    ref_outs = m(*args, **kwargs)
-    gm = symbolic_trace(m)
-    gm.graph.lint()
-    test_outs = gm(*args, **kwargs)
-    if hasattr(ref_outs, "numpy"):
-        assert_equal(test_outs, ref_outs)
-    else:
-        assert test_outs == ref_outs
 
 
 def fx_int(x):
