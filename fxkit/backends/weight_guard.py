@@ -17,7 +17,7 @@ otherwise folded constants whose sources were written are recomputed in
 place, where the generated code reads them (packed conv weights follow
 `WRITES` themselves, see `fxkit.backends.conv_lowering`).
 """
-from fxkit.runtime.autograd.autograd_meta import WRITES
+from fxkit.runtime.autograd.autograd_meta import WRITES, write_count
 
 
 class WeightGuard:
@@ -38,7 +38,7 @@ class WeightGuard:
         read = {id(t) for t in (*gm.parameters(), *gm.buffers())}
         refreshable = {id(t) for recipe in recipes for t in recipe.sources.values()}
         tensors = {id(t): t for t in (*origin.parameters(), *origin.buffers(), *gm.parameters(), *gm.buffers())}
-        self._watched = [(t, t._data, _version(t), live and (key in read or key in refreshable))
+        self._watched = [(t, t._data, write_count(t), live and (key in read or key in refreshable))
                          for key, t in tensors.items()]
         self._recipes = recipes
         self.writes = WRITES[0]
@@ -54,14 +54,9 @@ class WeightGuard:
         for tensor, array, version, followed in self._watched:
             if tensor._data is not array:
                 return False
-            if not followed and version is not None and _version(tensor) != version:
+            if not followed and version is not None and write_count(tensor) != version:
                 return False
         for recipe in self._recipes:
             recipe.refresh()
         self.writes = WRITES[0]
         return True
-
-
-def _version(tensor):
-    meta = tensor._grad
-    return None if meta is None else meta.version[0]

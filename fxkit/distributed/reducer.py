@@ -74,8 +74,9 @@ def average_gradients(grads, group=None, cap_bytes=25 * 2 ** 20):
         return grads
     # A gradient that fills a bucket by itself is reduced where it lies: copying it in and out would cost
     # more than the reduction (every rank decides alike: the shapes are the same).
-    alone = [g for g in grads if _reducible_in_place(g, cap_bytes)]
-    rest = [g for g in grads if not _reducible_in_place(g, cap_bytes)]
+    alone, rest = [], []
+    for g in grads:
+        (alone if _reducible_in_place(g, cap_bytes) else rest).append(g)
     buckets = Buckets([g.shape for g in rest], [g._data.dtype for g in rest], range(len(rest)), cap_bytes)
     for i, g in enumerate(rest):
         buckets.view(i)[...] = host(g._data)

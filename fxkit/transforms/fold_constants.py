@@ -3,6 +3,7 @@ from fxkit.graph.attributes import fetch_attr
 from fxkit.graph.graph import Graph
 from fxkit.graph.graph_module import GraphModule
 from fxkit.graph.interpreter import Interpreter, node_error
+from fxkit.runtime.autograd.autograd_meta import write_count
 from fxkit.runtime.autograd.grad_mode import no_grad
 from fxkit.runtime.device import Device
 from fxkit.runtime.dtypes import DType
@@ -113,7 +114,7 @@ class FoldedConstant:
         self._seen = self._versions()
 
     def _versions(self):
-        return tuple(_version(t) for t in self.sources.values())
+        return tuple(write_count(t) for t in self.sources.values())
 
     def refresh(self):
         """Recompute the buffer in place if a source was written since; True when it did."""
@@ -131,12 +132,6 @@ class FoldedConstant:
 
     def __repr__(self):
         return f"FoldedConstant({self.name} <- {', '.join(self.sources)})"
-
-
-def _version(tensor):
-    """The tensor's count of in-place writes, None when it keeps none (no autograd state)."""
-    meta = tensor._grad
-    return None if meta is None else meta.version[0]
 
 
 def _recipe(gm, node, constant):

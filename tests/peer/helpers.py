@@ -2,7 +2,7 @@
 import numpy as np
 
 import fxkit
-from fxkit import nn
+from tests.graph.builders import MyModule  # noqa: F401  (the original tests' MyModule, shared)
 
 
 def tensor(*values, dtype=np.float32):
@@ -34,17 +34,6 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6):
         return
     np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=rtol, atol=atol)
 
-
-class LinearClamp(nn.Module):
-    """The original tests' ``MyModule``: a parameter, a Linear and a clamp."""
-
-    def __init__(self):
-        super().__init__()
-        self.param = nn.Parameter(fxkit.rand(3, 4))
-        self.linear = nn.Linear(4, 5)
-
-    def forward(self, x):
-        return self.linear(x + self.param).clamp(min=0.0, max=1.0)
 
 
 def check_graph_module(m, args, kwargs=None):

@@ -17,12 +17,12 @@ import pytest
 import fxkit
 from fxkit import GraphModule, Interpreter, Transformer, nn, ops, symbolic_trace
 from fxkit.graph import Graph
-from tests.peer.helpers import LinearClamp, assert_close, assert_equal, randn
+from tests.peer.helpers import MyModule, assert_close, assert_equal, randn
 
 
 # test/test_fx.py::TestFX::test_interpreter
 def test_interpreter():
-    m = LinearClamp()
+    m = MyModule()
     gm = symbolic_trace(m)
     interpreter = Interpreter(gm)
     x = randn(3, 4)
@@ -32,7 +32,7 @@ def test_interpreter():
 
 # test/test_fx.py::TestFX::test_interpreter_run_node_override
 def test_interpreter_run_node_override():
-    gm = symbolic_trace(LinearClamp())
+    gm = symbolic_trace(MyModule())
 
     class RunNodeInterpreter(Interpreter):
         def run_node(self, n):
@@ -63,7 +63,7 @@ def test_interpreter_onthefly_swap():
 
 # test/test_fx.py::TestFX::test_interpreter_partial_eval
 def test_interpreter_partial_eval():
-    gm = symbolic_trace(LinearClamp())
+    gm = symbolic_trace(MyModule())
     interp = Interpreter(gm)
     env = {}
     for node in gm.graph.nodes:
@@ -109,7 +109,7 @@ def test_interpreter_gc_values():
 
 # test/test_fx.py::TestFX::test_transformer_noop
 def test_transformer_noop():
-    gm = symbolic_trace(LinearClamp())
+    gm = symbolic_trace(MyModule())
     new_gm = Transformer(gm).transform()
     x = randn(3, 4)
     assert_equal(new_gm(x), gm(x))

@@ -18,7 +18,7 @@ import fxkit
 from fxkit import GraphError, GraphModule, Interpreter, TraceError, Tracer, Transformer, nn, symbolic_trace
 from fxkit.graph import Graph
 from fxkit.tracer import Proxy
-from tests.peer.helpers import LinearClamp, assert_close, assert_equal, randn
+from tests.peer.helpers import MyModule, assert_close, assert_equal, randn
 
 
 def my_decorator(f):
@@ -267,7 +267,7 @@ def test_transformer_preserves_nn_module_stack_for_get_attr():
 
 # test/test_fx.py::TestFX::test_interpreter_other_graph
 def test_interpreter_other_graph():
-    m = LinearClamp()
+    m = MyModule()
     gm = symbolic_trace(m)
     interpreter = Interpreter(gm, graph=gm.graph)
     inp = randn(3, 4)

@@ -58,6 +58,12 @@ def meta_of(tensor):
 WRITES = [0]
 
 
+def write_count(tensor):
+    """The count of in-place writes into ``tensor``, or None when it keeps none (no autograd state)."""
+    meta = tensor._grad
+    return None if meta is None else meta.version[0]
+
+
 def bump_version(tensor):
     """Count an in-place write into ``tensor``'s storage."""
     WRITES[0] += 1
