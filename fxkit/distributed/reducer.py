@@ -88,7 +88,7 @@ class Reducer:
         self.progress = Progress(group)
         # NOTE: a progress thread needs a core the ranks' compute does not use: with no spare core it slows the
         # backward more than it hides (measured by benchmarks/distributed.py); without it MPI moves the
-        # all-reduces on only inside the hooks and the waits.
+        # all-reduces on only between autograd nodes, in the hooks and in the waits.
         self.use_progress_thread = (os.cpu_count() or 1) > _ranks_on_this_machine(group)
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
 
