@@ -287,10 +287,11 @@ def main():
               f"{o['buckets']} buckets of 4 MB")
         print(f"  backward alone {o['backward_ms']:.1f} ms; all-reduce after backward {o['allreduce_ms']:.1f} ms "
               f"(backward + all-reduce {o['after_ms']:.1f} ms)")
-        print(f"  of which MPI's own copying and summing on this rank's core {o['mpi_cpu_ms']:.1f} ms, the "
-              f"division by the world size {o['scale_cpu_ms']:.1f} ms and waiting for the slower rank's backward "
-              f"{o['skew_ms']:.1f} ms: at most {o['hideable_on_busy_cores']:.0%} of the all-reduce can hide while "
-              f"backward keeps every core busy")
+        if not device_ms:
+            print(f"  of which MPI's own copying and summing on this rank's core {o['mpi_cpu_ms']:.1f} ms, the "
+                  f"division by the world size {o['scale_cpu_ms']:.1f} ms and waiting for the slower rank's backward "
+                  f"{o['skew_ms']:.1f} ms: at most {o['hideable_on_busy_cores']:.0%} of the all-reduce can hide while "
+                  f"backward keeps every core busy")
         print(f"  DDP backward (MPI progressed between autograd nodes, in hooks and waits) {o['hooks_ms']:.1f} ms: "
               f"{o['hidden_hooks']:.0%} of the all-reduce time hidden behind backward")
         print(f"  the same with a progress thread {o['ddp_ms']:.1f} ms: {o['hidden']:.0%} hidden")
