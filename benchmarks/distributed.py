@@ -9,10 +9,16 @@ Figures:
   bus bandwidth (2 (n-1)/n x bytes / time, NCCL's convention) and the ratio, per size; best of repeats.
 - overlap on 2 ranks: an MLP of 8 Linear(1024, 1024) layers (32 MB of float32 gradients) in buckets
   of 4 MB (>= 4 buckets). Measured per step: T_bwd, backward alone; T_ar, averaging every gradient
-  after backward (``average_gradients``, the same buckets); T_ddp, DistributedDataParallel's backward,
-  whose all-reduces start during backward. Hidden share = (T_bwd + T_ar - T_ddp) / T_ar.
-  With the progress thread (an MPI-calling thread during backward) and without it (MPI moves on only
-  in DDP's hooks and waits; DDP's choice when there are no more cores than ranks on the machine).
+  after backward (``average_gradients``: each 4 MB weight reduced where it lies, the biases in one
+  bucket); T_ddp, DistributedDataParallel's backward, whose all-reduces start during backward. Hidden
+  share = (T_bwd + T_ar - T_ddp) / T_ar. With the progress thread (an MPI-calling thread during
+  backward) and without it (MPI moves on only between autograd nodes, in DDP's hooks and in its waits;
+  DDP's choice when there are no more cores than ranks on the machine).
+  The all-reduce's own cpu work (MPI copying and summing through shared memory on the ranks' cores,
+  measured with its tests spaced by sleeps, and the division pass) cannot hide while backward keeps every
+  core busy, nor can waiting for a rank whose backward ends later (backward + barrier, less backward):
+  the benchmark prints that bound beside the hidden share. Each variant is compared with its
+  own kind of backward (gradients dropped, or zeroed in place as bucket views need).
   Again with each layer's backward also waiting 20 ms off the cpu (``time.sleep``, a stand-in for an
   accelerator computing while the host is free, as the pipeline benchmark's "sleep" stages): on a
   machine whose cores are all busy computing, there is no idle cpu for the reduction to hide in.
@@ -98,68 +104,127 @@ class MLP(nn.Module):
 
 
 def overlap(args):
-    fxkit.manual_seed(0)
-    model = MLP(args.device_ms / 1e3)
-    ddp = dist.DistributedDataParallel(model, bucket_cap_mb=4)
-    ddp.reducer.use_progress_thread = True
-    hooks_only = dist.DistributedDataParallel(model, bucket_cap_mb=4)
-    hooks_only.reducer.use_progress_thread = False
-    views = dist.DistributedDataParallel(model, bucket_cap_mb=4, gradient_as_bucket_view=True)
-    views.reducer.use_progress_thread = False
-    views_thread = dist.DistributedDataParallel(model, bucket_cap_mb=4, gradient_as_bucket_view=True)
-    views_thread.reducer.use_progress_thread = True
+    def replica():
+        fxkit.manual_seed(0)
+        return MLP(args.device_ms / 1e3)
+
+    # NOTE: every variant has a model of its own: gradients left as views of one wrapper's buckets would be
+    # copied into another's at each step.
+    model, kept = replica(), replica()
+    wrappers = {}
+    for name, views, thread in (("ddp", False, True), ("hooks", False, False), ("views", True, False),
+                                ("views_thread", True, True)):
+        wrappers[name] = dist.DistributedDataParallel(replica(), bucket_cap_mb=4, gradient_as_bucket_view=views)
+        wrappers[name].reducer.use_progress_thread = thread
     x = fxkit.randn(BATCH, WIDTH)
     repeats = 5 if args.quick else 15
 
-    def backward_alone():
-        model.zero_grad()
-        y = model(x)
+    def backward_alone(net=model, set_to_none=True):
+        net.zero_grad(set_to_none=set_to_none)
+        y = net(x)
         (y * y).mean().backward()
 
     def after():
         backward_alone()
         dist.average_gradients([p.grad for p in model.parameters()], cap_bytes=4 * 2 ** 20)
 
-    def overlapped():
-        model.zero_grad()
-        y = ddp(x)
-        (y * y).mean().backward()
+    def ddp_step(name):
+        wrapper = wrappers[name]
+        # NOTE: with bucket views the gradients are zeroed in place, so they stay views: no copies
+        set_to_none = not wrapper.reducer.as_view
 
-    def overlapped_hooks_only():
-        model.zero_grad()
-        y = hooks_only(x)
-        (y * y).mean().backward()
-
-    def with_views(wrapper):
         def step():
-            model.zero_grad(set_to_none=False)  # NOTE: the gradients stay views of the buckets: no copies
+            wrapper.module.zero_grad(set_to_none=set_to_none)
             y = wrapper(x)
             (y * y).mean().backward()
 
         return step
 
-    overlapped_views, overlapped_views_thread = with_views(views), with_views(views_thread)
-
     def forward_only():
         with fxkit.no_grad():
             model(x)
 
-    variants = {"fwd": forward_only, "bwd": backward_alone, "after": after, "ddp": overlapped,
-                "hooks": overlapped_hooks_only, "views": overlapped_views, "views_thread": overlapped_views_thread}
+    def backward_then_barrier():
+        backward_alone()
+        dist.barrier()
+
+    variants = {"fwd": forward_only, "bwd": backward_alone, "bwd_kept": lambda: backward_alone(kept, False),
+                "bwd_barrier": backward_then_barrier, "after": after, **{name: ddp_step(name) for name in wrappers}}
     for fn in variants.values():
         fn()  # warm-up
     times = best_of(variants, repeats)
-    t_fwd = times["fwd"]
-    t_bwd, t_after = times["bwd"] - t_fwd, times["after"] - t_fwd
-    t_ddp, t_hooks, t_views = times["ddp"] - t_fwd, times["hooks"] - t_fwd, times["views"] - t_fwd
-    t_views_thread = times["views_thread"] - t_fwd
-    t_ar = t_after - t_bwd
-    hidden = (lambda t: (t_bwd + t_ar - t) / t_ar if t_ar > 0 else float("nan"))
-    return {"buckets": ddp.reducer.bucket_count, "backward_ms": 1e3 * t_bwd, "allreduce_ms": 1e3 * t_ar,
-            "after_ms": 1e3 * t_after, "ddp_ms": 1e3 * t_ddp, "hidden": hidden(t_ddp),
-            "hooks_ms": 1e3 * t_hooks, "hidden_hooks": hidden(t_hooks), "views_ms": 1e3 * t_views,
-            "hidden_views": hidden(t_views), "views_thread_ms": 1e3 * t_views_thread,
-            "hidden_views_thread": hidden(t_views_thread)}
+    ms = {name: 1e3 * (t - times["fwd"]) for name, t in times.items()}
+    t_ar = ms["after"] - ms["bwd"]
+    grads = [p.grad for p in model.parameters()]
+    mpi_cpu = 1e3 * mpi_cpu_seconds(grads, repeats)
+    scale_cpu = 1e3 * scale_cpu_seconds(grads, repeats)
+    # NOTE: waiting for a peer whose backward ends later is in T_ar, yet no overlap can hide it: the last
+    # bucket cannot be reduced before every rank has computed it.
+    skew = max(ms["bwd_barrier"] - ms["bwd"], 0.0)
+    unavoidable = mpi_cpu + scale_cpu + skew
+
+    def hidden(name, baseline):
+        """The share of the all-reduce time the variant hid: against its own kind of backward (gradients
+        dropped, or zeroed in place as bucket views need) followed by the all-reduce."""
+        return (ms[baseline] + t_ar - ms[name]) / t_ar if t_ar > 0 else float("nan")
+
+    return {"buckets": wrappers["ddp"].reducer.bucket_count, "backward_ms": ms["bwd"],
+            "backward_kept_ms": ms["bwd_kept"], "allreduce_ms": t_ar, "after_ms": ms["after"],
+            "mpi_cpu_ms": mpi_cpu, "scale_cpu_ms": scale_cpu, "skew_ms": skew,
+            "hideable_on_busy_cores": (t_ar - unavoidable) / t_ar if t_ar > 0 else float("nan"),
+            "ddp_ms": ms["ddp"], "hidden": hidden("ddp", "bwd"), "hooks_ms": ms["hooks"],
+            "hidden_hooks": hidden("hooks", "bwd"), "views_ms": ms["views"],
+            "hidden_views": hidden("views", "bwd_kept"),
+            "views_thread_ms": ms["views_thread"], "hidden_views_thread": hidden("views_thread", "bwd_kept")}
+
+
+def scale_cpu_seconds(grads, repeats):
+    """CPU time of one pass dividing ``grads`` by the world size, which the average needs whether the
+    all-reduce runs after backward (ReduceOp.AVG) or in it (DDP's scaled copy into the buckets)."""
+    arrays = [g.numpy().copy() for g in grads]
+    spent = []
+    for _ in range(repeats):
+        tick = time.thread_time()
+        for a in arrays:
+            np.multiply(a, 0.5, out=a)
+        spent.append(time.thread_time() - tick)
+    return float(np.median(spent))
+
+
+def mpi_cpu_seconds(grads, repeats):
+    """CPU time this rank spends inside MPI all-reducing ``grads`` as ``average_gradients`` lays them out.
+
+    The all-reduces are tested between sleeps, so neither rank ever waits on
+    the other inside MPI: what is left is the copying and summing MPI does on
+    this rank's own core (shared-memory MPI moves data with the ranks' cpus).
+    That work cannot hide behind a backward that keeps every core busy; only
+    the rest of the all-reduce time (waiting on the peer, handshakes) can.
+    Median of ``repeats``, in thread cpu time (time other processes take on
+    a loaded machine is not counted).
+    """
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    cap = 4 * 2 ** 20
+    big = [g.numpy().copy() for g in grads if g.numpy().nbytes >= cap]
+    small = np.concatenate([g.numpy().ravel() for g in grads if g.numpy().nbytes < cap])
+    arrays = big + [small]
+    spent = []
+    for _ in range(repeats):
+        dist.barrier()
+        tick = time.thread_time()
+        requests = [comm.Iallreduce(MPI.IN_PLACE, a, MPI.SUM) for a in arrays]
+        inside = time.thread_time() - tick
+        for request in requests:
+            while True:
+                tick = time.thread_time()
+                done = request.Test()
+                inside += time.thread_time() - tick
+                if done:
+                    break
+                time.sleep(2e-4)
+        spent.append(inside)
+    return float(np.median(spent))
 
 
 def steps(args):
@@ -222,20 +287,25 @@ def main():
               f"{o['buckets']} buckets of 4 MB")
         print(f"  backward alone {o['backward_ms']:.1f} ms; all-reduce after backward {o['allreduce_ms']:.1f} ms "
               f"(backward + all-reduce {o['after_ms']:.1f} ms)")
-        print(f"  DDP backward with bucketed all-reduces and a progress thread {o['ddp_ms']:.1f} ms: "
-              f"{o['hidden']:.0%} of the all-reduce time hidden behind backward")
-        print(f"  the same without the progress thread (MPI progresses only in hooks and waits) "
-              f"{o['hooks_ms']:.1f} ms: {o['hidden_hooks']:.0%} hidden")
-        print(f"  and with gradient_as_bucket_view=True, gradients zeroed in place (no copies in or out of the "
-              f"buckets) {o['views_ms']:.1f} ms: {o['hidden_views']:.0%} hidden; with the progress thread too "
-              f"{o['views_thread_ms']:.1f} ms: {o['hidden_views_thread']:.0%} hidden")
+        if not device_ms:
+            print(f"  of which MPI's own copying and summing on this rank's core {o['mpi_cpu_ms']:.1f} ms, the "
+                  f"division by the world size {o['scale_cpu_ms']:.1f} ms and waiting for the slower rank's backward "
+                  f"{o['skew_ms']:.1f} ms: at most {o['hideable_on_busy_cores']:.0%} of the all-reduce can hide while "
+                  f"backward keeps every core busy")
+        print(f"  DDP backward (MPI progressed between autograd nodes, in hooks and waits) {o['hooks_ms']:.1f} ms: "
+              f"{o['hidden_hooks']:.0%} of the all-reduce time hidden behind backward")
+        print(f"  the same with a progress thread {o['ddp_ms']:.1f} ms: {o['hidden']:.0%} hidden")
+        print(f"  with gradient_as_bucket_view=True, gradients zeroed in place (against a backward zeroing them in "
+              f"place too, {o['backward_kept_ms']:.1f} ms) {o['views_ms']:.1f} ms: {o['hidden_views']:.0%} hidden; "
+              f"with the progress thread too {o['views_thread_ms']:.1f} ms: {o['hidden_views_thread']:.0%} hidden")
     print(f"\ndigits Net step time, global batch {BATCH}")
     base = None
     for n in (1, 2, 4):
         s = run(n, "steps", args.quick)
         base = base or s["step_ms"]
         note = f"  ({n} ranks on {cores} cores: oversubscribed)" if n > cores else ""
-        print(f"  {n} rank{'s' if n > 1 else ' '}: {s['step_ms']:6.2f} ms/step, speed-up {base / s['step_ms']:.2f}x{note}")
+        print(f"  {n} rank{'s' if n > 1 else ' '}: {s['step_ms']:6.2f} ms/step, speed-up "
+              f"{base / s['step_ms']:.2f}x{note}")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,20 @@
 """Gradient buckets: many small gradients averaged over the ranks as a few large all-reduces.
 
-`Buckets` lays tensors out in flat host buffers of one dtype each, about
-``cap_bytes`` a buffer (PyTorch DDP's "tensor coalescing"): one all-reduce of
-25 MB costs far less than a thousand of 25 kB. `Reducer` drives them during
-backward: a post-accumulate hook on each parameter copies its final gradient
-into its bucket, and the moment a bucket's last gradient is in, an
-asynchronous all-reduce of it starts, while the backward goes on computing
+`Reducer` drives `fxkit.distributed.buckets.Buckets` during backward: a
+post-accumulate hook on each parameter copies its final gradient into its
+bucket, divided by the number of ranks on the way (PyTorch's
+``copy_grad_to_bucket``: the average is then a plain sum, with no pass of its
+own; a gradient with a bucket of its own is divided and reduced where it
+lies, with no copy), and the moment a bucket's last gradient is in, an
+asynchronous all-reduce of it starts while the backward goes on computing
 the gradients of earlier layers. Buckets start in index order on every rank
-(MPI matches collectives by order), so a bucket that fills early waits for
-the ones before it. A callback queued on the autograd engine waits for every
-all-reduce and writes the averages back into ``.grad`` before ``backward()``
-returns.
+(MPI matches collectives by order); they are numbered in the order the first
+backward filled them, so one rarely waits for another. MPI moves a
+non-blocking all-reduce on only inside MPI calls of this process, so between
+the autograd nodes the reducer tests the oldest all-reduce in flight (one
+test progresses them all). A callback queued on the autograd engine waits
+for every all-reduce and copies the averages back into ``.grad`` before
+``backward()`` returns.
 
 `average_gradients` is the same, all at once, for gradients that come from
 elsewhere: ``fxkit.transforms.grad`` graphs, compiled steps, pipeline stages.
@@ -19,50 +23,12 @@ import os
 
 import numpy as np
 
+from fxkit.distributed.buckets import Buckets, host
 from fxkit.distributed.collectives import ReduceOp, all_reduce, broadcast
 from fxkit.distributed.work import Progress
 from fxkit.errors import DistributedError
-from fxkit.runtime.autograd.engine import queue_callback
+from fxkit.runtime.autograd.engine import call_between_nodes, queue_callback
 from fxkit.runtime.tensor import Tensor
-
-
-def host(array):
-    return array if isinstance(array, np.ndarray) else array.get()
-
-
-class Buckets:
-    """Flat buffers holding ``shapes`` (in the given order), at most ``cap_bytes`` each unless one tensor is larger.
-
-    Attributes:
-        members: per bucket, the tensor indices it holds.
-        place: per tensor, ``(bucket, offset)``.
-    """
-
-    def __init__(self, shapes, dtypes, order, cap_bytes):
-        self.members, self.flats, self.place = [], [], {}
-        open_by_dtype = {}
-        for i in order:
-            dtype, n = np.dtype(dtypes[i]), int(np.prod(shapes[i], dtype=np.int64))
-            b = open_by_dtype.get(dtype)
-            if b is None:
-                b = open_by_dtype[dtype] = len(self.members)
-                self.members.append([])
-                self.flats.append([0, dtype])
-            self.place[i] = (b, self.flats[b][0])
-            self.members[b].append(i)
-            self.flats[b][0] += n
-            if self.flats[b][0] * dtype.itemsize >= cap_bytes:
-                del open_by_dtype[dtype]
-        self.flats = [np.zeros(n, dtype) for n, dtype in self.flats]
-        self.shapes = shapes
-
-    def view(self, i):
-        b, offset = self.place[i]
-        n = int(np.prod(self.shapes[i], dtype=np.int64))
-        return self.flats[b][offset:offset + n].reshape(self.shapes[i])
-
-    def tensor(self, b):
-        return Tensor(self.flats[b])
 
 
 def average_gradients(grads, group=None, cap_bytes=25 * 2 ** 20):
@@ -80,7 +46,7 @@ def average_gradients(grads, group=None, cap_bytes=25 * 2 ** 20):
     buckets = Buckets([g.shape for g in rest], [g._data.dtype for g in rest], range(len(rest)), cap_bytes)
     for i, g in enumerate(rest):
         buckets.view(i)[...] = host(g._data)
-    reduced = alone + [buckets.tensor(b) for b in range(len(buckets.flats))]
+    reduced = alone + [buckets.tensor(b) for b in range(len(buckets))]
     works = [all_reduce(t, ReduceOp.AVG, group, async_op=True) for t in reduced]
     for w in works:
         if w is not None:
@@ -122,7 +88,7 @@ class Reducer:
         self.progress = Progress(group)
         # NOTE: a progress thread needs a core the ranks' compute does not use: with no spare core it slows the
         # backward more than it hides (measured by benchmarks/distributed.py); without it MPI moves the
-        # all-reduces on only inside the hooks and the waits.
+        # all-reduces on only between autograd nodes, in the hooks and in the waits.
         self.use_progress_thread = (os.cpu_count() or 1) > _ranks_on_this_machine(group)
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
 
@@ -132,14 +98,17 @@ class Reducer:
 
     @property
     def bucket_count(self):
-        return len(self.buckets.flats)
+        return len(self.buckets)
 
     def prepare(self, outputs):
         """A forward that will be backpropagated ran: arm the hooks for its backward."""
         b = self.buckets
         self.pending = [len(m) for m in b.members]
         self.works = [None] * len(b.members)
+        self.in_place = [None] * len(b.members)  # per bucket, the gradient Tensor reduced where it lies
         self.next_bucket = 0
+        self.completed = 0  # buckets whose all-reduce is known to be done
+        self.scale = 1.0 / self.group.size()
         self.arrived = []
         self.ready = [False] * len(self.params)
         self.queued = False
@@ -163,16 +132,28 @@ class Reducer:
                                        f"use no_sync() for all but the last")
             if not self.queued:
                 queue_callback(self.finish)
+                call_between_nodes(self.progress_all_reduces)
                 self.queued = True
-            slot, grad = self.buckets.view(i), param.grad._data
-            if not _same_memory(slot, grad):  # NOTE: a bucket view (gradient_as_bucket_view) is in place already
-                slot[...] = host(grad)
+            grad = param.grad._data
+            b, _ = self.buckets.place[i]
+            if self.buckets.alone[b] and not self.as_view and _reducible_where_it_lies(grad, self.buckets.dtypes[b]):
+                np.multiply(grad, self.scale, out=grad)
+                self.in_place[b] = param.grad
+            else:
+                slot = self.buckets.view(i)
+                # NOTE: a bucket view (gradient_as_bucket_view) is divided where it lies
+                np.multiply(slot if _same_memory(slot, grad) else host(grad), self.scale, out=slot)
             self.arrived.append(i)
             self._mark(i)
-            for w in self.works[:self.next_bucket]:
-                w.is_completed()  # NOTE: lets MPI progress the all-reduces in flight between hooks
+            self.progress_all_reduces()
 
         return hook
+
+    def progress_all_reduces(self):
+        """Let MPI move the bucket all-reduces in flight on: test the oldest (MPI progresses every request in
+        any test), and the next ones only while they turn out done, so a call costs one test as a rule."""
+        while self.completed < self.next_bucket and self.works[self.completed].is_completed():
+            self.completed += 1
 
     def _mark(self, i):
         self.ready[i] = True
@@ -180,7 +161,8 @@ class Reducer:
         self.pending[b] -= 1
         while self.next_bucket < len(self.pending) and not self.pending[self.next_bucket]:
             k = self.next_bucket
-            self.works[k] = all_reduce(self.buckets.tensor(k), ReduceOp.AVG, self.group, async_op=True)
+            reduced = self.in_place[k] if self.in_place[k] is not None else self.buckets.tensor(k)
+            self.works[k] = all_reduce(reduced, ReduceOp.SUM, self.group, async_op=True)
             self.next_bucket += 1
             if self.use_progress_thread:
                 self.progress.start()
@@ -205,6 +187,8 @@ class Reducer:
         for i, p in enumerate(self.params):
             if usage is not None and not usage._data[i]:
                 continue  # no rank used it: its .grad stays as it was, as on one process
+            if self.in_place[self.buckets.place[i][0]] is not None:
+                continue  # reduced in its own .grad
             value = self.buckets.view(i)
             xp = p.device.xp
             if self.as_view and xp is np:
@@ -212,8 +196,10 @@ class Reducer:
                     p.grad = Tensor(value)
             elif p.grad is None:
                 p.grad = Tensor(value.copy() if xp is np else xp.asarray(value), p.device)
+            elif xp is np:
+                np.copyto(p.grad._data, value)
             else:
-                p.grad._data[...] = value if xp is np else xp.asarray(value)
+                p.grad._data[...] = xp.asarray(value)
         if not self.rebuilt:
             self._rebuild()
 
@@ -231,6 +217,11 @@ class Reducer:
     def remove(self):
         for h in self._handles:
             h.remove()
+
+
+def _reducible_where_it_lies(grad, dtype):
+    """Whether a gradient alone in its bucket (of ``dtype``) can be all-reduced in its own memory."""
+    return type(grad) is np.ndarray and grad.flags.c_contiguous and grad.dtype == dtype
 
 
 def _same_memory(a, b):

@@ -12,7 +12,7 @@ Example:
     >>> w.grad.shape
     (3, 4)
 """
-from fxkit.runtime.autograd.engine import backward, grad, queue_callback
+from fxkit.runtime.autograd.engine import backward, call_between_nodes, grad, queue_callback
 from fxkit.runtime.autograd.function import Context, GradRule, Node, NonDifferentiable, defgrad, nondifferentiable
 from fxkit.runtime.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
@@ -35,5 +35,6 @@ def gradcheck(fn, inputs, **options):
     return check(fn, inputs, **options)
 
 
-__all__ = ["backward", "grad", "queue_callback", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "gradcheck",
-           "defgrad", "nondifferentiable", "GradRule", "NonDifferentiable", "Node", "Context"]
+__all__ = ["backward", "grad", "queue_callback", "call_between_nodes", "no_grad", "enable_grad", "set_grad_enabled",
+           "is_grad_enabled", "gradcheck", "defgrad", "nondifferentiable", "GradRule", "NonDifferentiable", "Node",
+           "Context"]

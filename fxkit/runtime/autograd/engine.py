@@ -7,7 +7,9 @@ Leaves accumulate into ``.grad`` (`backward`) or hand their gradient back
 accumulation (PyTorch's AccumulateGrad), after which its post-accumulate
 hooks run: data-parallel training starts reducing a gradient the moment it
 is final. Callbacks queued during a backward (`queue_callback`) run once it
-has finished, before ``backward()`` returns. Without ``retain_graph`` each node drops its saved values once run,
+has finished, before ``backward()`` returns; those given to `call_between_nodes`
+run after each node meanwhile (driving communication that needs the host's
+attention, as MPI's does). Without ``retain_graph`` each node drops its saved values once run,
 so memory held for backward is freed as the pass goes, and a second backward
 through the same graph is an error, as in PyTorch.
 """
@@ -25,7 +27,19 @@ _ACCUMULATE = threading.Lock()
 """Serialises adding into ``.grad``: threads running backward into one shared parameter (PyTorch's
 AccumulateGrad locks the same way) would otherwise lose updates between the check and the add."""
 
-# One list of queued callbacks per backward running on this thread (a hook may start another backward).
+
+class _Running:
+    """The callbacks of one backward in progress: ``at_end`` run once it finished, ``between_nodes`` after
+    each node."""
+
+    __slots__ = ("at_end", "between_nodes")
+
+    def __init__(self):
+        self.at_end = []
+        self.between_nodes = []
+
+
+# One `_Running` per backward running on this thread (a hook may start another backward).
 _CALLBACKS = threading.local()
 
 
@@ -40,10 +54,29 @@ def queue_callback(callback):
     Raises:
         AutogradError: no backward pass is running on this thread.
     """
+    _running("queue_callback").at_end.append(callback)
+
+
+def call_between_nodes(callback):
+    """Call ``callback()`` after every node of the backward now running, from now until it ends.
+
+    For work that moves on only while the host calls into it: MPI progresses a
+    non-blocking all-reduce only inside MPI calls of this process, so
+    `DistributedDataParallel` tests its bucket all-reduces between nodes, and
+    they advance while the backward computes instead of waiting for its end.
+    The callback runs once per node, so it must be cheap (microseconds).
+
+    Raises:
+        AutogradError: no backward pass is running on this thread.
+    """
+    _running("call_between_nodes").between_nodes.append(callback)
+
+
+def _running(who):
     stack = getattr(_CALLBACKS, "stack", None)
     if not stack:
-        raise AutogradError("queue_callback: no backward pass is running; call it from a gradient hook")
-    stack[-1].append(callback)
+        raise AutogradError(f"{who}: no backward pass is running; call it from a gradient hook")
+    return stack[-1]
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -65,10 +98,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     stack = getattr(_CALLBACKS, "stack", None)
     if stack is None:
         stack = _CALLBACKS.stack = []
-    stack.append([])
+    running = _Running()
+    stack.append(running)
     try:
         if inputs is None:
-            _run(roots, bool(retain_graph), None)
+            _run(roots, bool(retain_graph), None, running.between_nodes)
         else:
             inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
             for t, g in zip(inputs, _captured(roots, inputs, bool(retain_graph))):
@@ -76,8 +110,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                     _accumulate(t._grad, g)
                     _post_hooks(t._grad)
     finally:
-        callbacks = stack.pop()
-    for callback in callbacks:
+        stack.pop()
+    for callback in running.at_end:
         callback()
 
 
@@ -174,7 +208,7 @@ def _captured(roots, inputs, retain_graph):
     return out
 
 
-def _run(roots, retain_graph, capture):
+def _run(roots, retain_graph, capture, between_nodes=()):
     buffers = {}
     for t, g in roots:
         meta = t._grad
@@ -202,6 +236,8 @@ def _run(roots, retain_graph, capture):
                 _arrive(leaves, edge, g)
             elif g is not None:
                 _deliver(edge, g, capture)
+        for callback in between_nodes:
+            callback()
 
 
 def _leaf_edges(order):

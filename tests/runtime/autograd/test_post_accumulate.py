@@ -1,4 +1,5 @@
-"""Post-accumulate-grad hooks and queued callbacks: what data-parallel training hooks into."""
+"""Post-accumulate-grad hooks, queued callbacks and between-node callbacks: what data-parallel training hooks
+into."""
 import numpy as np
 import pytest
 
@@ -29,6 +30,28 @@ def test_hooks_fire_in_the_order_gradients_become_final_and_callbacks_run_after_
     assert events == ["second.weight", "first.weight", "callback"]
 
 
+def test_between_node_callbacks_run_after_each_remaining_node_of_that_backward_only():
+    first = fxkit.nn.Linear(3, 4)
+    second = fxkit.nn.Linear(4, 2)
+    events = []
+
+    def hook(t):
+        if not events:
+            fxkit.autograd.call_between_nodes(lambda: events.append("between"))
+        events.append("hook")
+
+    second.weight.register_post_accumulate_grad_hook(hook)
+    x = fxkit.randn(5, 3, requires_grad=True)
+    second(first(x)).sum().backward()
+    # sum, second's linear (its hook registers the callback inside that node), first's linear
+    assert events == ["hook", "between", "between"]
+    events.append("second backward")
+    (x * 2).sum().backward()
+    assert events[-1] == "second backward"
+    row = (first.weight.numpy().T.astype(np.float64) @ second.weight.numpy().T).sum(1) + 2.0
+    np.testing.assert_allclose(x.grad.numpy(), np.broadcast_to(row, (5, 3)), rtol=1e-5)
+
+
 def test_a_removed_hook_no_longer_fires():
     w = fxkit.tensor([1.0], requires_grad=True)
     calls = []
@@ -41,6 +64,8 @@ def test_a_removed_hook_no_longer_fires():
 def test_misuse_says_what_to_do_instead():
     with pytest.raises(AutogradError, match=r"no backward pass is running; call it from a gradient hook"):
         fxkit.autograd.queue_callback(lambda: None)
+    with pytest.raises(AutogradError, match=r"call_between_nodes: no backward pass is running"):
+        fxkit.autograd.call_between_nodes(lambda: None)
     w = fxkit.tensor([1.0], requires_grad=True)
     with pytest.raises(AutogradError, match=r"only leaf tensors accumulate gradients.*use register_hook"):
         (w * 2).register_post_accumulate_grad_hook(lambda t: None)
