@@ -419,9 +419,9 @@ def _sole_owner(g):
     data = g._data
     if not data.flags.c_contiguous or not getattr(data.flags, "writeable", True):
         return False
-    # NOTE: references: ``g._data``, ``data`` here, getrefcount's argument (numpy's flags object keeps
-    # one too: not held here); a view's base also has
-    # the view's own reference, so any other view or array over the memory shows up in a count.
+    # NOTE: references: ``g._data``, ``data`` here and getrefcount's argument (a numpy flags object
+    # holds one too, so none is kept here); a view's base counts the view's reference and this
+    # function's, so any other view or array over the memory shows up in one of the two counts.
     if sys.getrefcount(data) != 3:
         return False
     base = data.base
