@@ -11,6 +11,8 @@ temporaries, and the input gradient, an affine map of the output gradient and th
 input per channel, is written over the centred input: about ten passes and one
 temporary.
 """
+import math
+
 import numpy as np
 
 from fxkit.errors import DTypeError, ShapeError
@@ -66,8 +68,8 @@ def batch_norm_training_backward(xp, grad_output, input, weight=None, eps=1e-5):
                                         None if weight is None else weight.astype(np.float32), eps)
         return tuple(r.astype(dtype) for r in wide)
     n, c = input.shape[:2]
-    x = input.reshape(n, c, -1)
-    g = grad_output.reshape(n, c, -1)
+    x = input.reshape(n, c, math.prod(input.shape[2:]))
+    g = grad_output.reshape(x.shape)
     count = x.size // c
     centered = x - x.mean(axis=(0, 2), keepdims=True)
     invstd = 1.0 / xp.sqrt(xp.einsum("ncp,ncp->c", centered, centered) / count + eps)

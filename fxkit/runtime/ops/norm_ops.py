@@ -115,7 +115,7 @@ def _batch_statistics(xp, x, acc):
     if not x.flags.c_contiguous:
         axes = (0,) + tuple(range(2, x.ndim))
         return x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
-    rows = x.reshape(x.shape[0], x.shape[1], -1).astype(acc, copy=False)
+    rows = x.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:])).astype(acc, copy=False)
     count = rows.shape[0] * rows.shape[2]
     mean = rows.sum(axis=0).sum(axis=-1) / count
     centered = rows - mean[:, None]
