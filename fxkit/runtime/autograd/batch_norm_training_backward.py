@@ -64,14 +64,15 @@ def batch_norm_training_backward(xp, grad_output, input, weight=None, eps=1e-5):
     _check(grad_output, input, weight)
     dtype = input.dtype
     if dtype.itemsize < 4:  # float16, bfloat16: computed in float32, rounded once
-        wide = batch_norm_training_backward.impl(xp, grad_output.astype(np.float32), input.astype(np.float32),
-                                        None if weight is None else weight.astype(np.float32), eps)
+        wide = batch_norm_training_backward.impl(
+            xp, grad_output.astype(np.float32), input.astype(np.float32),
+            None if weight is None else weight.astype(np.float32), eps)
         return tuple(r.astype(dtype) for r in wide)
     n, c = input.shape[:2]
     x = input.reshape(n, c, math.prod(input.shape[2:]))
     g = grad_output.reshape(x.shape)
     count = x.size // c
-    centered = x - x.mean(axis=(0, 2), keepdims=True)
+    centered = x - (x.sum(axis=0).sum(axis=-1) / count)[:, None]
     invstd = 1.0 / xp.sqrt(xp.einsum("ncp,ncp->c", centered, centered) / count + eps)
     grad_bias = g.sum(axis=0).sum(axis=-1)
     grad_weight = xp.einsum("ncp,ncp->c", g, centered) * invstd
