@@ -53,6 +53,14 @@ def _torch_adjoint(grad, shape, index):
     return x.grad
 
 
+def _batch_norm_training_backward(grad, x, weight=None, eps=1e-5):
+    x = x.clone().requires_grad_()
+    w = (torch.ones(x.shape[1], dtype=x.dtype) if weight is None else weight.clone()).requires_grad_()
+    b = torch.zeros(x.shape[1], dtype=x.dtype, requires_grad=True)
+    with torch.enable_grad():
+        return torch.autograd.grad(F.batch_norm(x, None, None, w, b, training=True, eps=eps), (x, w, b), grad)
+
+
 def _layer_norm(x, normalized_shape, *args, **kwargs):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     return F.layer_norm(x, shape, *args, **kwargs)
@@ -75,6 +83,7 @@ TORCH_CALLS = {
     "rms_norm": lambda x, normalized_shape, *args, **kwargs: F.rms_norm(
         x, [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape), *args, **kwargs),
     "getitem_backward": _torch_adjoint,
+    "batch_norm_training_backward": _batch_norm_training_backward,
     "numpy_T": lambda a: a.T,
     # the op takes the weight's rank: a 5-D weight size is conv3d's weight gradient
     "conv2d_weight_grad": lambda x, weight_size, *args, **kwargs: (

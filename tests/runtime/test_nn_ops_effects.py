@@ -54,6 +54,24 @@ def test_instance_norm_updates_running_stats_like_torch(shape, device, rng):
     assert ops.instance_norm.pure is False
 
 
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+def test_batch_norm_training_of_a_strided_input_matches_torch(layout, rng):
+    # the numba backend's conv results are NCHW views of channels-last buffers; other views take numpy's path
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    base = randf(rng, 4, 5, 6, 3)  # (N, H, W, C)
+    x = base.transpose(0, 3, 1, 2) if layout == "channels_last" else base.transpose(0, 3, 2, 1)
+    c = x.shape[1]
+    mean, var = np.zeros(c, np.float32), np.ones(c, np.float32)
+    out = ops.batch_norm(fxkit.from_numpy(x), fxkit.from_numpy(mean), fxkit.from_numpy(var), training=True)
+    t_mean, t_var = torch.zeros(c), torch.ones(c)
+    expected = F.batch_norm(torch.from_numpy(np.ascontiguousarray(x)), t_mean, t_var, training=True)
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(mean, t_mean.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(var, t_var.numpy(), rtol=1e-4, atol=1e-6)
+
+
 def test_batch_norm_eval_leaves_running_stats_alone(device, rng):
     mean, var = randf(rng, 3), randpos(rng, 3)
     fx_mean, fx_var = _tensor(mean.copy(), device), _tensor(var.copy(), device)

@@ -4,7 +4,8 @@ Nodes run in a topological order of the graph reachable from the outputs, so
 a node runs once, after every gradient of its outputs has arrived (summed).
 Leaves accumulate into ``.grad`` (`backward`) or hand their gradient back
 (`grad`); a leaf reached along several edges gets their sum in one
-accumulation (PyTorch's AccumulateGrad), after which its post-accumulate
+accumulation (PyTorch's AccumulateGrad: a gradient nothing else refers to
+becomes ``.grad`` without a copy), after which its post-accumulate
 hooks run: data-parallel training starts reducing a gradient the moment it
 is final. Callbacks queued during a backward (`queue_callback`) run once it
 has finished, before ``backward()`` returns; those given to `call_between_nodes`
@@ -13,6 +14,7 @@ attention, as MPI's does). Without ``retain_graph`` each node drops its saved va
 so memory held for backward is freed as the pass goes, and a second backward
 through the same graph is an error, as in PyTorch.
 """
+import sys
 import threading
 import weakref
 
@@ -228,12 +230,17 @@ def _run(roots, retain_graph, capture, between_nodes=()):
                         _arrive(leaves, edge, None)
             continue
         results = run_node(node, grads, retain_graph, capture)
-        for (_, edge, _), g in zip(node.inputs, results):
+        for i, (_, edge, _) in enumerate(node.inputs):
+            g = results[i]
+            results[i] = None
             if type(edge) is tuple:
                 if g is not None:
                     _add(buffers, edge[0], edge[1], g)
             elif leaves is not None:
-                _arrive(leaves, edge, g)
+                # NOTE: two references (``g`` and getrefcount's argument): the rule made this gradient and
+                # nothing else holds it (an incoming gradient handed on stays in ``grads``; a hook's keeps one).
+                owned = g is not None and sys.getrefcount(g) == 2
+                _arrive(leaves, edge, g, owned)
             elif g is not None:
                 _deliver(edge, g, capture)
         for callback in between_nodes:
@@ -241,27 +248,33 @@ def _run(roots, retain_graph, capture, between_nodes=()):
 
 
 def _leaf_edges(order):
-    """``{id(meta): [edges still to arrive, gradient so far]}`` for the leaves the nodes feed."""
+    """``{id(meta): [edges still to arrive, gradient so far, whether only the engine holds it]}``
+    for the leaves the nodes feed."""
     leaves = {}
     for node in order:
         for _, edge, _ in node.inputs:
             if type(edge) is not tuple:
                 slot = leaves.get(id(edge))
                 if slot is None:
-                    leaves[id(edge)] = [1, None]
+                    leaves[id(edge)] = [1, None, False]
                 else:
                     slot[0] += 1
     return leaves
 
 
-def _arrive(leaves, meta, g):
-    """One edge into leaf ``meta`` is done (``g`` may be None); deliver the sum once all are."""
+def _arrive(leaves, meta, g, owned):
+    """One edge into leaf ``meta`` is done (``g`` may be None; ``owned``: only the engine holds it);
+    deliver the sum once all are."""
     slot = leaves[id(meta)]
     if g is not None:
-        slot[1] = g if slot[1] is None else slot[1] + g
+        if slot[1] is None:
+            slot[1], slot[2] = g, owned
+        else:
+            slot[1], slot[2] = slot[1] + g, True
     slot[0] -= 1
     if not slot[0] and slot[1] is not None:
-        _deliver(meta, slot[1], None)
+        g, slot[1] = slot[1], None
+        _deliver(meta, g, None, slot[2])
 
 
 def _topological(starts):
@@ -400,7 +413,7 @@ def _add(buffers, node, nr, g):
     slot[nr] = g if previous is None else previous + g
 
 
-def _deliver(meta, g, capture):
+def _deliver(meta, g, capture, owned=False):
     if capture is not None:
         key = id(meta)
         if key in capture:
@@ -408,10 +421,11 @@ def _deliver(meta, g, capture):
             capture[key] = g if previous is None else previous + g
         return
     if meta.hooks:
+        owned = False  # a hook may keep the gradient it was given
         for hook in meta.hooks:
             changed = hook(g)
             g = g if changed is None else changed
-    _accumulate(meta, g)
+    _accumulate(meta, g, owned)
     _post_hooks(meta)
 
 
@@ -421,14 +435,33 @@ def _post_hooks(meta):
             hook()
 
 
-def _accumulate(meta, g):
-    """Add ``g`` into ``meta.grad``: a fresh copy the first time (a rule's gradient may alias
-    another), in place afterwards (as PyTorch's AccumulateGrad)."""
+def _accumulate(meta, g, owned=False):
+    """Add ``g`` into ``meta.grad``, in place (as PyTorch's AccumulateGrad). The first time,
+    ``.grad`` takes ``g``'s array when ``owned`` (no one but the engine holds the Tensor ``g``)
+    and no other array shares its memory; otherwise a copy, since a rule's gradient may alias
+    another gradient, a saved value or the caller's tensor, and ``.grad`` is written in place
+    later (the next accumulation, ``zero_grad(set_to_none=False)``)."""
     with _ACCUMULATE:
         if meta.grad is None:
-            meta.grad = Tensor._make(g._data.copy(), g.device)
+            data = g._data if owned and _sole_owner(g) else g._data.copy()
+            meta.grad = Tensor._make(data, g.device)
         else:
             meta.grad._data += g._data
+
+
+def _sole_owner(g):
+    """Whether ``g`` alone refers to its array and the memory under it, and the array is one
+    ``.grad`` may keep: contiguous and writeable (a broadcast view is read-only)."""
+    data = g._data
+    if not data.flags.c_contiguous or not getattr(data.flags, "writeable", True):
+        return False
+    # NOTE: references: ``g._data``, ``data`` here and getrefcount's argument (a numpy flags object
+    # holds one too, so none is kept here); a view's base counts the view's reference and this
+    # function's, so any other view or array over the memory shows up in one of the two counts.
+    if sys.getrefcount(data) != 3:
+        return False
+    base = data.base
+    return base is None or (type(base) is type(data) and base.base is None and sys.getrefcount(base) == 3)
 
 
 def retain(meta):

@@ -46,12 +46,28 @@ def _conv2d_grads(g, x, weight, needs_x, needs_w, stride, padding, dilation, gro
     stride, dilation = ntuple(stride, 2, "conv2d", "stride"), ntuple(dilation, 2, "conv2d", "dilation")
     gx = gw = None
     if needs_x:
-        (top, _), (left, _) = conv_pads(padding, tuple(weight.shape[2:]), dilation)
-        full = _conv_transpose2d(g, weight, None, stride, 0, 0, groups, dilation)
-        gx = _crop(full, top, left, x.shape[-2], x.shape[-1])
+        gx = _conv2d_input_grad(g, x, weight, stride, padding, dilation, groups)
     if needs_w:
         gw = _weight_grad(x, tuple(weight.shape), g, stride, padding, dilation, groups)
     return gx, gw
+
+
+def _conv2d_input_grad(g, x, weight, stride, padding, dilation, groups):
+    """conv2d's input gradient: the transposed convolution of ``g`` with the forward's padding, so it
+    computes only the input's pixels; ``output_padding`` gives back the rows and columns a strided
+    forward skipped. Asymmetric ('same') or symbolic padding computes the full transposed
+    convolution and crops it to the input."""
+    kernel = tuple(weight.shape[2:])
+    pads = conv_pads(padding, kernel, dilation)
+    sizes = tuple(x.shape[-2:]) + tuple(g.shape[-2:])
+    if all(type(v) is int for v in sizes) and all(lo == hi for lo, hi in pads):
+        extra = tuple(size - ((o - 1) * s - 2 * lo + d * (k - 1) + 1) for size, o, s, (lo, _), d, k in
+                      zip(sizes[:2], sizes[2:], stride, pads, dilation, kernel))
+        if all(0 <= e < max(s, d) for e, s, d in zip(extra, stride, dilation)):
+            return _conv_transpose2d(g, weight, None, stride, tuple(lo for lo, _ in pads), extra, groups, dilation)
+    (top, _), (left, _) = pads
+    full = _conv_transpose2d(g, weight, None, stride, 0, 0, groups, dilation)
+    return _crop(full, top, left, x.shape[-2], x.shape[-1])
 
 
 @defgrad("conv2d", saves=("input", "weight"))

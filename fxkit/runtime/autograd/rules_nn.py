@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from fxkit.runtime.autograd.batch_norm_training_backward import batch_norm_training_backward
 from fxkit.runtime.autograd.function import defgrad
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.factories import generator
@@ -41,20 +42,18 @@ def _moments(x, axes, eps):
          nondiff=("running_mean", "running_var"))
 def _batch_norm(ctx, g, input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
                 eps=1e-5):
+    if training:
+        grads = batch_norm_training_backward(g, input, weight, eps)
+        return (grads[0] if ctx.needs(input) else None, None, None,
+                grads[1] if weight is not None and ctx.needs(weight) else None,
+                grads[2] if bias is not None and ctx.needs(bias) else None)
     axes = (0,) + tuple(range(2, input.ndim))
     stat_shape = (1, input.shape[1]) + (1,) * (input.ndim - 2)
-    if training:
-        centered, invstd = _moments(input, axes, eps)
-    else:
-        centered = input - running_mean.reshape(stat_shape)
-        invstd = (running_var.reshape(stat_shape) + eps).rsqrt()
+    centered = input - running_mean.reshape(stat_shape)
+    invstd = (running_var.reshape(stat_shape) + eps).rsqrt()
     gx = gw = None
     if ctx.needs(input):
-        scaled = g if weight is None else g * weight.reshape(stat_shape)
-        if training:
-            gx = _normalized_backward(scaled, centered, invstd, axes, input.numel() // input.shape[1])
-        else:
-            gx = scaled * invstd
+        gx = (g if weight is None else g * weight.reshape(stat_shape)) * invstd
     if weight is not None and ctx.needs(weight):
         gw = ((g * centered).sum(axes, True) * invstd).reshape(input.shape[1])
     gb = g.sum(axes) if bias is not None and ctx.needs(bias) else None

@@ -324,8 +324,7 @@ def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_p
 
     Every input pixel scatters ``weight``'s taps into the output: one batched
     matmul gives all contributions, then each of the kH*kW taps is added into
-    a strided slice of the output (col2im). At stride 1 (no output padding, padding
-    within the dilated kernel) it runs as conv2d with the flipped kernel instead.
+    the strided slice of the output it lands on (col2im, `_col2im`).
 
     Args:
         input: ``(N, C, H, W)`` or unbatched ``(C, H, W)``.
@@ -342,29 +341,50 @@ def conv_transpose2d(xp, input, weight, bias=None, stride=1, padding=0, output_p
         return run_in_float32(conv_transpose2d.impl, xp, input, weight, bias, stride, padding, output_padding,
                               groups, dilation)
     x = input if batched else input[None]
+    out = _col2im(xp, x, weight, groups, (sh, sw), (ph, pw), (dh, dw), out_shape[-2:])
+    if bias is not None:
+        out += bias.reshape(-1, 1, 1)
+    return out.reshape(out_shape)
+
+
+def _col2im(xp, x, weight, groups, stride, padding, dilation, out_hw):
+    """The batched transposed convolution without its bias: one product gives every input
+    pixel's contribution to each kernel tap, and each tap's contributions are added straight
+    into the strided slice of the output they land on, clipped to it (col2im).
+
+    Nothing is copied but the product's input on small maps: the weight enters the product as
+    a transposed view, and the output is written in place, so no padded buffer is cropped and
+    no flipped kernel is made (a flipped copy of a 512x512x3x3 kernel costs more than
+    the product on ResNet-18's 2x2 maps). Maps under `_PER_IMAGE_GEMM_MIN_PIXELS` pixels fold
+    the batch into one product, as conv2d does: per-image products with a handful of columns
+    leave BLAS idle."""
     n, c, h, w = x.shape
     _, ocg, kh, kw = weight.shape
-    g, oc = groups, ocg * groups
-    top, left = dh * (kh - 1) - ph, dw * (kw - 1) - pw
-    if (sh, sw) == (1, 1) and not any(output_padding) and top >= 0 and left >= 0:
-        # NOTE: at stride 1 the transposed convolution is a convolution with the flipped kernel, its
-        # (in, out) channels swapped per group: one im2col product, no full-size col2im and crop
-        # (it is conv2d's input gradient: half the time of a small net's training step).
-        flipped = weight[:, :, ::-1, ::-1].reshape(g, c // g, ocg, kh, kw).transpose(0, 2, 1, 3, 4)
-        adjoint = xp.ascontiguousarray(flipped).reshape(oc, c // g, kh, kw)
-        out = _conv_nchw(xp, x, adjoint, bias, (1, 1), ((top, top), (left, left)), (dh, dw), groups)
-        return out.reshape(out_shape)
-    oh, ow = out_shape[-2:]
-    wmat = weight.reshape(g, c // g, ocg * kh * kw).transpose(0, 2, 1)
-    cols = xp.matmul(wmat, x.reshape(n, g, c // g, h * w)).reshape(n, oc, kh, kw, h, w)
-    full_h, full_w = (h - 1) * sh + dh * (kh - 1) + 1, (w - 1) * sw + dw * (kw - 1) + 1
-    # output_padding may reach past the last tap: those rows get only the bias.
-    buf = xp.zeros((n, oc, max(full_h, ph + oh), max(full_w, pw + ow)), cols.dtype)
-    span_h, span_w = (h - 1) * sh + 1, (w - 1) * sw + 1
+    g, oc, cg = groups, ocg * groups, c // groups
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    oh, ow = out_hw
+    wmat = weight.reshape(g, cg, ocg * kh * kw).transpose(0, 2, 1)
+    out = xp.zeros((n, oc, oh, ow), x.dtype)
+    if h * w >= _PER_IMAGE_GEMM_MIN_PIXELS:
+        cols = xp.matmul(wmat, x.reshape(n, g, cg, h * w)).reshape(n, oc, kh, kw, h, w)
+        target, taps = out, cols.transpose(2, 3, 0, 1, 4, 5)
+    else:
+        folded = x.reshape(n, g, cg, h * w).transpose(1, 2, 0, 3).reshape(g, cg, n * h * w)
+        cols = xp.matmul(wmat, folded).reshape(oc, kh, kw, n, h, w)
+        target, taps = out.transpose(1, 0, 2, 3), cols.transpose(1, 2, 0, 3, 4, 5)
     for i in range(kh):
+        y0, y1, top = _tap_span(h, oh, i * dh - ph, sh)
         for j in range(kw):
-            buf[:, :, i * dh:i * dh + span_h:sh, j * dw:j * dw + span_w:sw] += cols[:, :, i, j]
-    out = buf[:, :, ph:ph + oh, pw:pw + ow]
-    if bias is not None:
-        out += bias.reshape(oc, 1, 1)
-    return xp.ascontiguousarray(out).reshape(out_shape)
+            x0, x1, left = _tap_span(w, ow, j * dw - pw, sw)
+            if y1 > y0 and x1 > x0:
+                target[:, :, top:top + (y1 - y0 - 1) * sh + 1:sh, left:left + (x1 - x0 - 1) * sw + 1:sw] += \
+                    taps[i, j, :, :, y0:y1, x0:x1]
+    return out
+
+
+def _tap_span(size, out_size, offset, stride):
+    """``(first, end, landing)``: the input positions ``t`` in ``[first, end)`` whose output
+    position ``t * stride + offset`` falls inside ``[0, out_size)``, and where ``first`` lands."""
+    first = max(0, -(offset // stride))
+    end = min(size, (out_size - 1 - offset) // stride + 1)
+    return first, end, first * stride + offset

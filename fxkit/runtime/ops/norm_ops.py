@@ -82,11 +82,8 @@ def batch_norm(xp, input, running_mean, running_var, weight=None, bias=None, tra
     _check_batch_norm(input, running_mean, running_var, weight, bias, training)
     x = input
     if training:
-        axes = (0,) + tuple(range(2, x.ndim))
         count = x.size // x.shape[1]
-        acc = stat_dtype(x)
-        mean = x.mean(axis=axes, dtype=acc)
-        var = x.var(axis=axes, dtype=acc)
+        mean, var = _batch_statistics(xp, x, stat_dtype(x))
         if running_mean is not None:
             running_mean *= 1 - momentum
             running_mean += mean * momentum
@@ -106,6 +103,31 @@ def batch_norm(xp, input, running_mean, running_var, weight=None, bias=None, tra
     if bias is not None:
         shift += bias
     return _channel_affine(xp, x, scale, shift, (x.shape[1],) + (1,) * (x.ndim - 2))
+
+
+def _batch_statistics(xp, x, acc):
+    """The per-channel mean and biased variance of ``x`` (N, C, *), accumulated in ``acc``.
+
+    numpy's ``mean``/``var`` over axes 0, 2, 3 walk the small trailing axes one by one and the
+    variance makes two more temporaries; here the batch is summed first, and the variance is one
+    ``einsum`` over the centred input (the same two-pass formula, so no cancellation). A
+    channels-last input (the numba backend's conv results) is read as its ``(pixels, C)`` rows;
+    any other strided input keeps numpy's reductions rather than being copied."""
+    c = x.shape[1]
+    if x.flags.c_contiguous:
+        rows = x.reshape(x.shape[0], c, math.prod(x.shape[2:])).astype(acc, copy=False)
+        count = rows.shape[0] * rows.shape[2]
+        mean = rows.sum(axis=0).sum(axis=-1) / count
+        centered = rows - mean[:, None]
+        return mean, xp.einsum("ncp,ncp->c", centered, centered) / count
+    last = x.transpose((0,) + tuple(range(2, x.ndim)) + (1,))
+    if last.flags.c_contiguous:
+        rows = last.reshape(-1, c).astype(acc, copy=False)
+        mean = rows.sum(axis=0) / rows.shape[0]
+        centered = rows - mean
+        return mean, xp.einsum("mc,mc->c", centered, centered) / rows.shape[0]
+    axes = (0,) + tuple(range(2, x.ndim))
+    return x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
 
 
 def _channel_affine(xp, x, scale, shift, shape):

@@ -75,8 +75,17 @@ def sum(xp, input, dim=None, keepdim=False, dtype=None):  # noqa: A001, A002
     out = _accumulate_dtype(_dt.from_numpy(input.dtype), dtype).np
     if out.kind == BFLOAT16_KIND:
         return accumulated(xp.sum, input, out, axis=axes, keepdims=keepdim)
+    if axes is not None and axes == _PER_CHANNEL.get(input.ndim) and input.flags.c_contiguous:
+        # The per-channel sum of (N, C, *) (a conv bias's gradient): numpy's reduction over axes 0, 2, 3
+        # walks the small trailing axes one by one (5x slower at 4x4 maps); the batch is summed first.
+        rows = input.reshape(input.shape[0], input.shape[1], math.prod(input.shape[2:]))
+        per_channel = rows.sum(axis=0, dtype=out).sum(axis=-1)
+        return per_channel.reshape((1, -1) + (1,) * (input.ndim - 2)) if keepdim else per_channel
     # NOTE: the array's method, not xp.sum: numpy's wrapper costs more than the sum of a small tensor.
     return input.sum(axis=axes, keepdims=keepdim, dtype=out)
+
+
+_PER_CHANNEL = {ndim: (0,) + tuple(range(2, ndim)) for ndim in range(3, 9)}
 
 
 def _prod_rule(input, dim=None, keepdim=False, dtype=None):  # noqa: A002

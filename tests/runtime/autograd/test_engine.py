@@ -226,6 +226,35 @@ def test_hooks_see_and_replace_gradients(rng):
     assert len(seen) == 1
 
 
+def test_grad_never_shares_memory_with_a_tensor_someone_else_holds(rng):
+    # .grad is written in place later, so a gradient another tensor refers to must be copied; one only
+    # the engine holds becomes .grad as it is (PyTorch's AccumulateGrad steals it the same way).
+    a, b = leaf(rng, 3), leaf(rng, 3)
+    (a + b).sum().backward()  # add hands the same gradient to both leaves
+    assert not np.shares_memory(a.grad.numpy(), b.grad.numpy())
+    w = leaf(rng, 2, 3)
+    v = fxkit.from_numpy(np.ones((3, 2)))
+    y = w.t()
+    y.backward(v, retain_graph=True)  # t's rule gives back a view of the caller's gradient
+    y.backward(v)
+    np.testing.assert_allclose(v.numpy(), np.ones((3, 2)))
+    np.testing.assert_allclose(w.grad.numpy(), np.full((2, 3), 2.0))
+    x = leaf(rng, 4)
+    kept = []
+    z = x + 0
+    z.register_hook(kept.append)  # keeps the gradient add then hands on to x
+    (z * fxkit.from_numpy(np.full(4, 2.0))).sum().backward()
+    x.grad.numpy()[:] = 7.0  # .grad belongs to x alone
+    np.testing.assert_allclose(kept[0].numpy(), np.full(4, 2.0))
+    m = leaf(rng, 5)
+    h = leaf(rng, 5)
+    out = m * h
+    out.sum().backward()
+    (m * h).sum().backward()  # the second backward adds into the first's .grad in place
+    np.testing.assert_allclose(m.grad.numpy(), 2 * h.numpy())
+    np.testing.assert_allclose(h.grad.numpy(), 2 * m.numpy())
+
+
 def test_saved_values_are_released_after_backward(rng):
     x = leaf(rng, 3)
     y = x.exp()

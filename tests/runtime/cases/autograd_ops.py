@@ -1,5 +1,6 @@
-"""Cases for fxkit/runtime/autograd/backward_ops.py: scatter_add, index_add,
-getitem_backward, conv2d_weight_grad (the ops derivative rules are built from)."""
+"""Cases for the ops derivative rules are built from: scatter_add, index_add, getitem_backward,
+conv2d_weight_grad (fxkit/runtime/autograd/backward_ops.py) and batch_norm_training_backward
+(fxkit/runtime/autograd/batch_norm_training_backward.py)."""
 import numpy as np
 
 from tests.runtime.opcheck import case, randf, randi, torch_ref
@@ -128,3 +129,43 @@ def _weight_grad3d_torch(x, weight_size, g, stride=1, padding=0, dilation=1, gro
 case("conv2d_weight_grad", lambda r: ((randf(r, 2, 4, 5, 7, 6), (6, 2, 3, 2, 3), randf(r, 2, 6, 5, 4, 4)),
                                       {"stride": (1, 2, 1), "padding": 1, "dilation": (1, 1, 2), "groups": 2}),
      torch_ref(_weight_grad3d_torch), id="conv3d_weight_torch", rtol=1e-4, atol=1e-5)
+
+
+# -- batch_norm_training_backward ------------------------------------------------------------
+def _batch_norm_training_backward_ref(g, x, weight=None, eps=1e-5):
+    """Ioffe and Szegedy's chain rule through the variance and the mean, in float64."""
+    dtype = x.dtype
+    g, x = g.astype(np.float64), x.astype(np.float64)
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    count = x.size // x.shape[1]
+    mu, var = x.mean(axes, keepdims=True), x.var(axes, keepdims=True)
+    std = np.sqrt(var + eps)
+    dxhat = g * (1.0 if weight is None else weight.astype(np.float64).reshape(shape))
+    dvar = (dxhat * (x - mu)).sum(axes, keepdims=True) * -0.5 / std ** 3
+    dmu = (-dxhat / std).sum(axes, keepdims=True) + dvar * (-2 * (x - mu)).mean(axes, keepdims=True)
+    dx = dxhat / std + dvar * 2 * (x - mu) / count + dmu / count
+    return (dx.astype(dtype), (g * (x - mu) / std).sum(axes).astype(dtype), g.sum(axes).astype(dtype))
+
+
+def _batch_norm_training_backward_torch(g, x, weight=None, eps=1e-5):
+    import torch
+
+    with torch.enable_grad():
+        x = x.clone().requires_grad_()
+        w = (torch.ones(x.shape[1], dtype=x.dtype) if weight is None else weight.clone()).requires_grad_()
+        b = torch.zeros(x.shape[1], dtype=x.dtype, requires_grad=True)
+        out = torch.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=eps)
+        return torch.autograd.grad(out, (x, w, b), g)
+
+
+_BN_REFS = ((_batch_norm_training_backward_ref, ""), (torch_ref(_batch_norm_training_backward_torch), "_torch"))
+for _ref, _tag in _BN_REFS:
+    case("batch_norm_training_backward",
+         lambda r: ((randf(r, 4, 3, 5, 6), randf(r, 4, 3, 5, 6) + 1.5, randf(r, 3)), {}),
+         _ref, id="nchw" + _tag, rtol=1e-4, atol=1e-5)
+    case("batch_norm_training_backward", lambda r: ((randf(r, 6, 4), randf(r, 6, 4), None), {"eps": 1e-3}), _ref,
+         id="nc_no_weight" + _tag, rtol=1e-4, atol=1e-5)
+    case("batch_norm_training_backward",
+         lambda r: ((randf(r, 2, 3, 4, 3, 5, dtype=np.float64), randf(r, 2, 3, 4, 3, 5, dtype=np.float64),
+                     randf(r, 3, dtype=np.float64)), {}), _ref, id="ncdhw_float64" + _tag)
