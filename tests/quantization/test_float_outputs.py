@@ -122,3 +122,31 @@ def test_residual_conv_and_classifier_write_float_within_the_weight_step(rng):
     reference = model(x).numpy().astype(np.float64)
     for gm in (quantized, int8_only):
         assert np.abs(gm(x).numpy() - reference).max() < 0.05 * np.abs(reference).max()
+
+
+class ConvReLU6Pool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return F.avg_pool2d(F.relu6(self.conv(x)), 2)
+
+
+def test_a_float_output_keeps_relu6_as_a_float_op(rng):
+    """ReLU6 fused into an int8 kernel is the output grid's saturation; a float output has no grid,
+    so the ReLU6 stays a node after the kernel and still clamps at 6."""
+    fxkit.manual_seed(0)
+    model = ConvReLU6Pool().eval()
+    with fxkit.no_grad():
+        model.conv.weight.numpy()[...] *= 4  # pre-activations well beyond 6
+    data = [fxkit.from_numpy(rng.standard_normal((2, 3, 6, 6)).astype(np.float32)) for _ in range(3)]
+    prepared = calibrate(prepare(model, per_channel_qconfig), data, progress=False)
+    quantized = convert(prepared, report=False, float_outputs=True)
+    calls = [(n.target.name, n.kwargs.get("relu")) for n in quantized.graph.nodes if n.op == "call"]
+    assert calls == [("quantize_affine", None), ("quantized_conv2d", False), ("relu6", None), ("avg_pool2d", None)]
+    x = data[0]
+    relu6_node = next(n for n in quantized.graph.nodes if n.op == "call" and n.target.name == "relu6")
+    assert _values(quantized, x)[relu6_node.name].numpy().max() == 6 and model.conv(x).numpy().max() > 6
+    reference = model(x).numpy().astype(np.float64)
+    assert np.abs(quantized(x).numpy() - reference).max() < 0.05 * np.abs(reference).max()
