@@ -102,7 +102,8 @@ def convert(prepared, report=True, console=None, float_outputs=False):
             logits) writes its int32 accumulator dequantized to float32 instead of
             requantizing it to int8 (its output observer goes unused). False: every
             layer's output is int8, as PyTorch's ``convert_fx`` makes it. On the corpus
-            resnet18 it raises top-1 agreement with float from 0.875 to FIXME
+            resnet18 it raises the logits' SQNR by 0.9 dB (top-1 agreement unchanged, 0.875),
+            but onnxruntime then runs those layers as float convolutions
             (docs/transforms/quantize.md).
 
     Returns:
