@@ -125,11 +125,13 @@ def _sum_lanes(builder, vectors):
 
 
 @numba.njit(inline="always", **_JIT)
-def _chunk_product(rows, m0, count, w, n0, n1, n_out, bias, multiplier, left, right, output_zero_point, low,
-                   high, pixels, out):
+def _chunk_product(rows, m0, count, w, n0, n1, n_out, bias, multiplier, left, right, factor, dequantize,
+                   output_zero_point, low, high, pixels, out):
     """Requantized products of the centred ``rows`` (global rows ``m0 .. m0 + count``) with the
     packed channels ``n0 .. n1``, written to the flat ``out``: row ``m`` and channel ``n`` go to
     ``(m // pixels, n, m % pixels)`` of an ``(images, n_out, pixels)`` array (pixels 1: ``(m, n)``).
+    With ``dequantize`` (a float32 ``out``) it takes the dequantized accumulators ``acc * factor``
+    (float64, then float32) instead of requantized integers.
 
     The tiles land in a small int32 block first; requantization then runs channel by channel
     over it, a loop free of divisions and branches that vectorises."""
@@ -147,20 +149,28 @@ def _chunk_product(rows, m0, count, w, n0, n1, n_out, bias, multiplier, left, ri
         offsets[r] = (m // pixels) * n_out * pixels + m % pixels
     # NOTE: requantized into a contiguous row first: that loop vectorises, the scattered store would not.
     requantized = np.empty(count, np.int64)
+    dequantized = np.empty(count if dequantize else 0, np.float64)
     for c in range(n0, min(n1, n_out)):
         sums = acc[c - n0]
-        b, mult, lft, rgt = bias[c], multiplier[c], left[c], right[c]
-        for r in range(count):
-            total = np.int32(np.int64(sums[r]) + b)  # int32 wrap, as the reference's accumulator
-            requantized[r] = _requantize(total, mult, lft, rgt, output_zero_point, low, high)
+        b, mult, lft, rgt, f = bias[c], multiplier[c], left[c], right[c], factor[c]
         at = c * pixels
-        for r in range(count):
-            out[offsets[r] + at] = requantized[r]
+        if dequantize:
+            for r in range(count):
+                total = np.int32(np.int64(sums[r]) + b)
+                dequantized[r] = min(max(np.float64(total) * f, low), high)
+            for r in range(count):
+                out[offsets[r] + at] = np.float32(dequantized[r])
+        else:
+            for r in range(count):
+                total = np.int32(np.int64(sums[r]) + b)  # int32 wrap, as the reference's accumulator
+                requantized[r] = _requantize(total, mult, lft, rgt, output_zero_point, low, high)
+            for r in range(count):
+                out[offsets[r] + at] = requantized[r]
 
 
 @numba.njit(parallel=True, **_JIT)
-def _linear_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk,
-                   n_split, out):
+def _linear_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, factor, dequantize, output_zero_point, low,
+                   high, chunk, n_split, out):
     """``out[m, n]`` of `linear` for 2-D ``x``; chunks of ``chunk`` rows times ``n_split`` channel ranges."""
     m_rows, k = x.shape
     n_pad, k_pad = w.shape
@@ -176,12 +186,12 @@ def _linear_kernel(x, x_zp, w, n_out, bias, multiplier, left, right, output_zero
             for i in range(k):
                 rows[r, i] = np.int16(np.int32(x[m0 + r, i]) - x_zp)
         _chunk_product(rows, m0, count, w, nc * span, min((nc + 1) * span, n_pad), n_out, bias, multiplier, left,
-                       right, output_zero_point, low, high, 1, out)
+                       right, factor, dequantize, output_zero_point, low, high, 1, out)
 
 
 @numba.njit(parallel=True, **_JIT)
-def _conv_kernel(x, w, n_out, bias, multiplier, left, right, output_zero_point, low, high, chunk, n_split,
-                 kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, out):
+def _conv_kernel(x, w, n_out, bias, multiplier, left, right, factor, dequantize, output_zero_point, low, high, chunk,
+                 n_split, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, out):
     """`conv2d` of one group on the centred NHWC int16 ``x``: im2col of ``chunk`` output pixels at a
     time into int16 rows (columns ``(ky, kx, channel)``: each tap is one contiguous copy of the
     channels; taps in the padding are 0, the centred zero point), then the requantized product
@@ -223,7 +233,7 @@ def _conv_kernel(x, w, n_out, bias, multiplier, left, right, output_zero_point, 
                             rows[r, col + c] = 0
                     col += channels
         _chunk_product(rows, m0, count, w, nc * span, min((nc + 1) * span, n_pad), n_out, bias, multiplier, left,
-                       right, output_zero_point, low, high, pixels, out)
+                       right, factor, dequantize, output_zero_point, low, high, pixels, out)
 
 
 @numba.njit(**_JIT)
@@ -293,9 +303,13 @@ def _supported(x_dtype, input_zero_point, weight_dtype, weight_zero_point):
 
 
 def _epilogue(bias, multiplier, shift):
-    """The int64 per-channel vectors of `_chunk_product`: bias, multiplier and the shifts split in two."""
+    """The per-channel vectors of `_chunk_product`: bias, multiplier and the shifts split in two (int64),
+    and the real factor the pair encodes (float64, for float outputs)."""
+    from fxkit.runtime.ops.quantized_ops import real_factor
+
     shift = shift.astype(np.int64)
-    return bias.astype(np.int64), multiplier.astype(np.int64), np.maximum(shift, 0), np.maximum(-shift, 0)
+    return (bias.astype(np.int64), multiplier.astype(np.int64), np.maximum(shift, 0), np.maximum(-shift, 0),
+            real_factor(np, multiplier, shift))
 
 
 def _schedule(m_rows, k_pad, n_pad):
@@ -321,7 +335,8 @@ def linear(x, weight, bias, input_zero_point, weight_zero_point, multiplier, shi
     if m_rows:
         chunk, n_split = _schedule(m_rows, packed.shape[1], packed.shape[0])
         _linear_kernel(np.ascontiguousarray(x), np.int32(input_zero_point), packed, n_out,
-                       *_epilogue(bias, multiplier, shift), output_zero_point, low, high, chunk, n_split, out.ravel())
+                       *_epilogue(bias, multiplier, shift), out.dtype == np.float32, output_zero_point, low, high,
+                       chunk, n_split, out.ravel())
     return out
 
 
@@ -352,7 +367,7 @@ def conv2d(x, weight, bias, input_zero_point, weight_zero_point, multiplier, shi
         target = out if groups == 1 else np.empty((n, per_group, oh * ow), dtype)
         if target.size:
             chunk, n_split = _schedule(n * oh * ow, group_w.shape[1], group_w.shape[0])
-            _conv_kernel(xg, group_w, per_group, *(v[channels] for v in vectors),
+            _conv_kernel(xg, group_w, per_group, *(v[channels] for v in vectors), out.dtype == np.float32,
                          output_zero_point, low, high, chunk, n_split, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow,
                          target.ravel())
         if groups != 1:

@@ -10,6 +10,10 @@ written as::
     DequantizeLinear(x), DequantizeLinear(w_int8), DequantizeLinear(bias_int32)
       -> Gemm / Conv (-> Relu) -> QuantizeLinear(y)
 
+A kernel that writes float32 (``dtype=fxkit.float32``: its accumulator
+dequantized, `convert`'s ``float_outputs``) has no ``QuantizeLinear``: the float
+``Conv``/``Gemm`` output is the value; its factor encodes ``in_scale * w_scale``.
+
 The kernel's arguments hold the input and output zero points and the
 fixed-point factor ``in_scale * w_scale / out_scale``; the scales come from
 ``meta["qparams"]`` of the kernel's node and its input's (set by ``convert``),
@@ -57,12 +61,13 @@ def _dequantize(b, op, a, out):
 
 @export_rule("quantized_linear", "quantized_conv2d")
 def _quantized_kernel(b, op, a, out):
+    writes_float = out.dtype is _dt.float32
     qin, qout = a.input.qparams, b.meta.get("qparams")
-    if qin is None or qout is None:
+    if qin is None or (qout is None and not writes_float):
         raise unsupported(op, "a kernel whose input or output scale is unknown (no meta['qparams'])",
                           "export the GraphModule fxkit.transforms.quantize.convert returned, unedited")
     real = _array(a.multiplier).astype(np.float64) * 2.0 ** (_array(a.shift).astype(np.float64) - 31)
-    w_scale = real * qout.scale / qin.scale
+    w_scale = real * (1.0 if writes_float else qout.scale) / qin.scale
     per_channel = w_scale.ndim == 1
     axis = 0 if per_channel else None
     x = b.op("DequantizeLinear", a.input.name, b.scalar(qin.scale, _dt.float32),
@@ -92,4 +97,6 @@ def _quantized_kernel(b, op, a, out):
     y = OP_RULES[float_op](b, float_op, arguments, float_out)
     if a.relu:
         y = b.op("Relu", y)
+    if writes_float:
+        return y
     return b.op("QuantizeLinear", y, b.scalar(qout.scale, _dt.float32), b.scalar(qout.zero_point, out.dtype))

@@ -308,6 +308,32 @@ def test_quantized_model_exports_as_qdq(name):
         assert np.mean(np.abs(actual - other)) <= step
 
 
+@pytest.mark.parametrize("name", ["lenet", "mlp"])
+def test_float_output_kernels_export_without_quantize_linear(name):
+    """`convert(float_outputs=True)`: the classifier writes float, so its Gemm's output has no
+    QuantizeLinear, and onnxruntime agrees with fxkit as for int8 outputs (a tie per layer)."""
+    from fxkit.transforms.quantize import calibrate, convert, prepare, x86_qconfig
+
+    model, inputs = zoo_model(name)
+    rng = np.random.default_rng(5)
+    batches = [tuple(fxkit.from_numpy(rng.standard_normal(x.shape).astype(np.float32)) for x in inputs)
+               for _ in range(3)]
+    prepared = calibrate(prepare(fxkit.symbolic_trace(model), x86_qconfig), batches, progress=False)
+    quantized = convert(prepared, report=False, float_outputs=True)
+    assert quantized.conversion_report.float_outputs
+    proto = fxkit.onnx.export(quantized, inputs)
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    gemm = [n for n in proto.graph.node if n.op_type in ("Gemm", "MatMul")][-1]
+    assert not any(n.op_type == "QuantizeLinear" and gemm.output[0] in n.input for n in proto.graph.node)
+    assert producers[gemm.input[0]].op_type == "DequantizeLinear"
+    int8_outputs = convert(prepared, report=False)
+    step = [n for n in int8_outputs.graph.nodes if n.is_op("dequantize_affine")][-1].args[1]
+    expected = quantized(*batches[0]).numpy()
+    for optimize in (True, False):
+        actual = run_onnxruntime(proto, batches[0], optimize=optimize)[0]
+        assert np.max(np.abs(actual - expected)) <= 4 * step
+        assert np.mean(np.abs(actual - expected)) <= step
+
 def _u8s8_avx2(a_u8, w_s8):
     """``a_u8 @ w_s8.T`` as AVX2's ``vpmaddubsw`` computes it: pairs of products added into a
     saturating int16, then summed exactly (``vpmaddwd``); what onnxruntime runs without VNNI."""

@@ -170,7 +170,7 @@ def test_kernel_argument_errors_name_the_op_and_values(rng):
                                          r"channel\), got shape \[2\]"):
         fxkit.quantized_linear(x, fxkit.from_numpy(_ints(rng, np.int8, 3, 5)), None, 0, 0,
                                fxkit.tensor(np.array([1, 2], np.int32)), -5, 0)
-    with pytest.raises(DTypeError, match="quantized_conv2d: dtype fxkit.int32 is not supported"):
+    with pytest.raises(DTypeError, match="quantized_conv2d: output dtype fxkit.int32 is not supported"):
         fxkit.quantized_conv2d(fxkit.from_numpy(_ints(rng, np.int8, 1, 2, 4, 4)),
                                fxkit.from_numpy(_ints(rng, np.int8, 3, 2, 3, 3)), None, 0, 0, 2 ** 30, -5, 0,
                                dtype=fxkit.int32)

@@ -12,6 +12,15 @@ with a fixed-point multiplier, as gemmlowp and TFLite do::
 weights have one pair per output channel. ``relu=True`` raises the lower clamp
 to the output zero point, which is ReLU in the quantized domain.
 
+``dtype=fxkit.float32`` writes the accumulator dequantized instead, with no
+rounding or clamp to an integer grid: the output is the real number
+``(acc + bias) * input_scale * weight_scale``, i.e. the same arithmetic with an
+output scale of 1 and zero point 0 (so ``multiplier``/``shift`` encode
+``input_scale * weight_scale``), evaluated in float64 and rounded to float32.
+`convert` uses it for a layer whose output only float ops read (a residual add,
+the classifier's logits): requantizing such an output to int8 only to
+dequantize it again adds a rounding step and gains nothing.
+
 The array code here is the reference, on numpy or cupy. A faster CPU engine
 (numba, from ``fxkit.backends``) registers itself with `register_quantized_engine`
 and is chosen with `set_quantized_engine`, as ``torch.backends.quantized.engine``
@@ -88,8 +97,18 @@ def multiply_by_quantized_multiplier(xp, acc, multiplier, shift):
     return (high >> right) + ((high & mask) > threshold)
 
 
+def real_factor(xp, multiplier, shift):
+    """The real number ``multiplier * 2**(shift - 31)`` (float64) that a fixed-point pair encodes."""
+    return xp.asarray(multiplier, dtype=np.float64) * 2.0 ** (xp.asarray(shift, dtype=np.float64) - 31)
+
+
 def requantize(xp, acc, multiplier, shift, output_zero_point, low, high, dtype):
-    """``clamp(output_zero_point + multiply_by_quantized_multiplier(acc), low, high)`` as ``dtype``."""
+    """``clamp(output_zero_point + multiply_by_quantized_multiplier(acc), low, high)`` as ``dtype``;
+    for a float ``dtype``, ``clamp(acc * real_factor(multiplier, shift), low, high)`` (no rounding)."""
+    if np.dtype(dtype).kind == "f":
+        out = acc.astype(np.float64) * real_factor(xp, multiplier, shift)
+        xp.clip(out, low, high, out=out)
+        return out.astype(dtype)
     out = multiply_by_quantized_multiplier(xp, acc, multiplier, shift)
     out += output_zero_point
     xp.clip(out, low, high, out=out)
@@ -152,6 +171,20 @@ def _kernel(xp, name):
 
 
 # -- argument checks shared by the impls and the shape rules ------------------------------------
+def output_dtype(dtype, name):
+    """A kernel's output dtype: int8 or uint8 (requantized), or float32 (dequantized accumulators)."""
+    try:
+        if _dt.as_dtype(dtype) is _dt.float32:
+            return _dt.float32
+    except DTypeError:
+        pass
+    try:
+        return quant_dtype(dtype, name)
+    except DTypeError:
+        raise DTypeError(f"{name}: output dtype {dtype!r} is not supported; use fxkit.int8 or fxkit.uint8 "
+                         f"(requantized), or fxkit.float32 (the dequantized accumulator)") from None
+
+
 def _check_operands(name, input, weight, bias, dtype):
     for what, value in (("input", input), ("weight", weight)):
         if dtype_of(value) not in QUANT_DTYPES:
@@ -160,7 +193,7 @@ def _check_operands(name, input, weight, bias, dtype):
     if bias is not None and dtype_of(bias) is not _dt.int32:
         raise DTypeError(f"{name}: expected an int32 bias (quantized with scale input_scale * weight_scale), "
                          f"got {dtype_of(bias).name}")
-    return quant_dtype(dtype, name)
+    return output_dtype(dtype, name)
 
 
 def _check_bias(name, bias, channels, w_shape):
@@ -189,15 +222,22 @@ def _channel_vector(xp, value, channels, name, what):
 
 
 def _normalized(xp, name, channels, bias, weight_zero_point, multiplier, shift, output_zero_point, dtype, relu):
-    """The per-channel int32 vectors and the output clamp every engine takes."""
-    qmin, qmax = quant_range(dtype)
+    """The per-channel int32 vectors and the output clamp every engine takes (float bounds for a
+    float output: 0 or -inf below, +inf above)."""
+    if dtype is _dt.float32:
+        if output_zero_point != 0:
+            raise ShapeError(f"{name}: a float32 output is the real value (scale 1, zero point 0), got "
+                             f"output_zero_point {output_zero_point}; pass 0")
+        qmin, qmax = -np.inf, np.inf
+    else:
+        qmin, qmax = quant_range(dtype)
     if not qmin <= output_zero_point <= qmax:
         raise ShapeError(f"{name}: output_zero_point {output_zero_point} is outside [{qmin}, {qmax}] of {dtype.name}")
     bias = xp.zeros(channels, np.int32) if bias is None else bias
     vectors = [_channel_vector(xp, v, channels, name, what) for v, what in
                ((weight_zero_point, "weight_zero_point"), (multiplier, "multiplier"), (shift, "shift"))]
     low = max(qmin, output_zero_point) if relu else qmin
-    return (bias, *vectors, int(output_zero_point), low, qmax)
+    return (bias, *vectors, int(output_zero_point), float(low) if dtype is _dt.float32 else low, qmax)
 
 
 # -- quantized_linear ------------------------------------------------------------------------------
@@ -246,11 +286,13 @@ def quantized_linear(xp, input, weight, bias, input_zero_point, weight_zero_poin
         multiplier, shift: the fixed-point factor(s) from `quantize_multiplier`, an int each
             or int32 tensors with one per output feature.
         output_zero_point: the output's zero point.
-        dtype: the output dtype, int8 or uint8.
+        dtype: the output dtype: int8 or uint8, or float32 for the dequantized accumulator
+            (then ``multiplier``/``shift`` encode ``input_scale * weight_scale`` and
+            ``output_zero_point`` is 0).
         relu: clamp below at the output zero point (a fused ReLU).
 
     Returns:
-        ``(*, out_features)`` integers of ``dtype``.
+        ``(*, out_features)`` values of ``dtype``.
     """
     name = "quantized_linear"
     dtype = _linear_checks(input, weight, bias, dtype)
@@ -345,7 +387,7 @@ def quantized_conv2d(xp, input, weight, bias, input_zero_point, weight_zero_poin
     (``padding`` an int or a pair).
 
     Returns:
-        ``(N, out_channels, OH, OW)`` integers of ``dtype``.
+        ``(N, out_channels, OH, OW)`` values of ``dtype``.
     """
     name = "quantized_conv2d"
     dtype = _check_operands(name, input, weight, bias, dtype)
