@@ -53,6 +53,7 @@ from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.conv import conv_geometry
 from fxkit.runtime.registry import get_op
+from fxkit.transforms.fused_op import FusedOp
 
 POOL = 2
 """Outputs kept per conv call: two let ``y = f(x)`` in a loop alternate without allocating."""
@@ -275,6 +276,34 @@ def lower_conv2d(node):
     return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation), Decision(
         node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "
                                             f"{kept} and output kept across calls")
+
+
+def reordered_values(nodes, calls):
+    """Names of the values whose memory is not in their NCHW shape's order.
+
+    Every conv call made here returns such a value (channels-last ``(N, H, W, C)``
+    memory, or channel-major ``(C, N, H, W)``); an elementwise group or op, and a
+    max pool, keep the memory order of an input of their own rank (`KernelCall`'s
+    permuted runs, numpy's ufuncs, ``copy(order="K")``), so the order flows
+    through them. The numba backend reads this to price a kernel that would
+    broadcast over such a value (`fxkit.backends.cost_model.strided_group`) and
+    to run a ``view`` of one as a ``reshape``.
+    """
+    found = set()
+    keeps = (get_op("max_pool2d"),)
+    for node in nodes:
+        if node.op != "call":
+            continue
+        if node in calls:
+            found.add(node.name)
+        elif isinstance(node.target, FusedOp) or node.target in keeps or getattr(node.target, "kind", None) == \
+                "elementwise":
+            out = node.meta.get("tensor_meta")
+            rank = len(out.shape) if isinstance(out, TensorMeta) else None
+            if any(getattr(a, "name", None) in found and len(a.meta["tensor_meta"].shape) == rank
+                   for a in node.args):
+                found.add(node.name)
+    return found
 
 
 CONV_RULES = {get_op("conv2d"): lower_conv2d}
