@@ -30,8 +30,11 @@ the ``(OC, N, OH, OW)`` product. Results are
 NCHW while the memory stays channels-last from conv to conv: the next conv
 reads its input without a copy, and the elementwise tail between them (the
 bias is added to the product's rows in place; ReLU, residual adds) runs as
-one kernel over the arrays' memory order (`fxkit.backends.numba_launch`).
-Only ops that need another layout copy (a pooling, a flatten).
+one kernel over the arrays' memory order (`fxkit.backends.numba_launch`),
+and a max pool keeps its input's memory order. A ``view`` of such a value
+runs as ``reshape`` (it copies; see `reordered_values`), and an elementwise
+group broadcasting over one is priced as numpy's ufuncs would run it
+(`fxkit.backends.cost_model.strided_group`).
 
 Anything else (grouped convs that are not depthwise, unbatched or non-float
 inputs, keyword arguments) keeps numpy's ``conv2d``; every choice is a
