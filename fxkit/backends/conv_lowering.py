@@ -11,7 +11,9 @@ computes in **channels-last** memory and keeps its buffers:
   *is* the column matrix: one ``(N*H*W, C) @ (C, OC)`` product, no im2col.
 * **im2col** (other single-group convs): the padded input lives in a buffer
   whose zero border is written once, the windows are copied into a reused
-  ``(N*OH*OW, KH*KW*C)`` column buffer, one product covers every image.
+  ``(N*OH*OW, KH*KW*C)`` column buffer, one product covers every image; from
+  `PARALLEL_MIN_COLUMNS` column elements a numba kernel gathers the windows
+  on every thread instead, zeros for the padding (no padded copy).
 * **depthwise** (``groups == in_channels``, one input channel per filter): the
   channels-last numba kernel of `fxkit.backends.numba_conv`, no columns at all.
 
@@ -58,6 +60,10 @@ from fxkit.runtime.ops.conv import conv_geometry
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.fused_op import FusedOp
 
+PARALLEL_MIN_COLUMNS = 1 << 22
+"""Column elements (16 MB of float32) from which im2col gathers on numba's threads
+(`fxkit.backends.numba_conv.im2col_nhwc`) instead of numpy's one-threaded copies: waking the
+threads is then a small part of a copy they halve."""
 POOL = 2
 """Outputs kept per conv call: two let ``y = f(x)`` in a loop alternate without allocating."""
 _FREE = 3  # references to a free pooled buffer inside `take`: the pool, the loop variable, getrefcount's argument
@@ -143,30 +149,25 @@ class GemmConv(_ChannelsLast):
 class Im2colConv(_ChannelsLast):
     """A single-group conv: channels-last im2col into a reused buffer, then one product over all images."""
 
-    __slots__ = ("pads", "stride", "dilation", "_padded", "_columns")
+    __slots__ = ("pads", "stride", "dilation", "_padded", "_columns", "_gather")
 
-    def __init__(self, name, out_meta, pads, stride, dilation):
+    def __init__(self, name, out_meta, pads, stride, dilation, gather=None):
         super().__init__(name, out_meta)
         self.pads, self.stride, self.dilation = pads, stride, dilation
         self._padded, self._columns = [], []
+        self._gather = gather
 
     def __call__(self, x, weight, bias=None, *geometry):
-        (pt, pb), (pl, pr) = self.pads
         rows = self._input(x)
         n, h, w, c = rows.shape
-        if pt or pb or pl or pr:
-            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
-            padded = take(self._padded, (n, pt + h + pb, pl + w + pr, c), rows.dtype, np.zeros)
-            padded[:, pt:pt + h, pl:pl + w] = rows
-            rows = padded
         oc, _, kh, kw = weight.shape
         _, oh, ow, _ = self.shape
-        (sh, sw), (dh, dw) = self.stride, self.dilation
-        s_n, s_h, s_w, s_c = rows.strides
         columns = take(self._columns, (n * oh * ow, kh * kw * c), rows.dtype)
-        windows = np.lib.stride_tricks.as_strided(rows, (n, oh, ow, kh, kw, c),
-                                                  (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
-        np.copyto(columns.reshape(n, oh, ow, kh, kw, c), windows)
+        if self._gather is not None:
+            (pt, _), (pl, _) = self.pads
+            self._gather(columns, rows, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
+        else:
+            self._copy_windows(columns, rows, kh, kw)
         out = self._output()
         flat = out.reshape(n * oh * ow, oc)
         np.matmul(columns, _packed(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(kh * kw * c, oc)),
@@ -174,6 +175,22 @@ class Im2colConv(_ChannelsLast):
         if bias is not None:
             flat += bias
         return out.transpose(0, 3, 1, 2)
+
+    def _copy_windows(self, columns, rows, kh, kw):
+        """numpy's im2col: the input into a padded buffer, then one strided copy of its windows."""
+        (pt, pb), (pl, pr) = self.pads
+        n, h, w, c = rows.shape
+        if pt or pb or pl or pr:
+            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
+            padded = take(self._padded, (n, pt + h + pb, pl + w + pr, c), rows.dtype, np.zeros)
+            padded[:, pt:pt + h, pl:pl + w] = rows
+            rows = padded
+        _, oh, ow, _ = self.shape
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        s_n, s_h, s_w, s_c = rows.strides
+        windows = np.lib.stride_tricks.as_strided(rows, (n, oh, ow, kh, kw, c),
+                                                  (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
+        np.copyto(columns.reshape(n, oh, ow, kh, kw, c), windows)
 
 
 class ChannelMajorConv(_ConvCall):
@@ -275,6 +292,15 @@ def lower_conv2d(node):
         return GemmConv(f"{node.name}_gemm", out), Decision(
             node.name, "1x1 GEMM, channels-last", "stride 1, no padding: the input is the column matrix, "
                                                   "one product over all images, no im2col")
+    column_elements = rows * kh * kw * channels
+    if column_elements >= PARALLEL_MIN_COLUMNS:
+        from fxkit.backends import numba_conv  # NOTE: numba loads only when a large conv is lowered
+
+        numba_conv.warm_im2col(x.dtype.np)
+        return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation, numba_conv.im2col_nhwc), Decision(
+            node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "
+                                                f"{column_elements} column elements gathered on numba's threads, "
+                                                f"padding included; columns and output kept across calls")
     kept = "padded input, columns" if any(p for pair in pads for p in pair) else "columns"
     return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation), Decision(
         node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "

@@ -121,3 +121,33 @@ def test_a_view_after_a_channels_last_pool_runs_as_reshape(rng):
         t[0].bias.copy_(torch.from_numpy(model[0].bias.numpy()))
         expected = t(torch.from_numpy(x.numpy())).reshape(2, -1).numpy()
     np.testing.assert_allclose(compiled(x).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [
+    ((3, 3), (1, 1), (1, 1), (1, 1)), ((7, 7), (2, 2), (3, 3), (1, 1)), ((3, 5), (2, 1), (0, 2), (2, 1)),
+    ((3, 3), (1, 1), (2, 2), (2, 2)), ((1, 1), (2, 2), (0, 0), (1, 1))])
+def test_the_im2col_gather_matches_numpy_windows_of_the_padded_input(kernel, stride, padding, dilation, rng):
+    from fxkit.backends import numba_conv
+
+    x = rng.standard_normal((2, 9, 10, 3)).astype(np.float32)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    padded = np.pad(x, ((0, 0), (ph, ph), (pw, pw), (0, 0)))
+    oh = (padded.shape[1] - dh * (kh - 1) - 1) // sh + 1
+    ow = (padded.shape[2] - dw * (kw - 1) - 1) // sw + 1
+    expected = np.stack([padded[:, p * dh:p * dh + (oh - 1) * sh + 1:sh, q * dw:q * dw + (ow - 1) * sw + 1:sw]
+                         for p in range(kh) for q in range(kw)], axis=3).reshape(2 * oh * ow, kh * kw * 3)
+    columns = np.full((2 * oh * ow, kh * kw * 3), np.nan, np.float32)
+    numba_conv.im2col_nhwc(columns, x, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    np.testing.assert_array_equal(columns, expected)
+
+
+def test_a_large_conv_gathers_its_columns_with_numba_and_matches_pytorch(rng):
+    torch = pytest.importorskip("torch")
+    conv = nn.Conv2d(32, 16, 3, padding=1).eval()
+    x = randn(rng, 4, 32, 64, 64)  # 16384 output pixels x 288 taps: over PARALLEL_MIN_COLUMNS
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
+    assert "gathered on numba's threads" in compiled.explain(), compiled.explain()
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(conv.weight.numpy()),
+                                          torch.from_numpy(conv.bias.numpy()), padding=1).numpy()
+    for _ in range(2):  # the second call reuses the column buffer
+        np.testing.assert_allclose(compiled(x).numpy(), expected, rtol=1e-4, atol=1e-4)
