@@ -10,7 +10,8 @@ plan found dead, is faster. `fused_decision` estimates both:
     numpy: sum over the group's ops of  passes(op) * (NUMPY_CALL_US + elements * NUMPY_NS)
     numba: NUMBA_CALL_US + elements * NUMBA_NS
 
-(or, for a group broadcasting a smaller input over a channels-last one,
+(or, for a group broadcasting a smaller input over a conv's channels-last or
+channel-major result,
 ``NUMBA_CALL_US + elements * NUMBA_STRIDED_NS``: see `strided_group`),
 where ``passes(op)`` is 1 for an op that is one ufunc
 (`fxkit.backends.memory_plan.UFUNC_FORMS`) and `COMPOSITE_PASSES` for the

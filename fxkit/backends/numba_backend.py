@@ -26,7 +26,10 @@ that
   a conv's tail (ReLU, SiLU, a residual add) then runs in the conv's output;
 * convolutions run as their registry rule in `fxkit.backends.conv_lowering`
   says (channels-last or channel-major products with reused buffers, a
-  depthwise kernel).
+  depthwise kernel); their results' memory is not in NCHW order, so a
+  ``view`` of one (or of an elementwise result or max pool of one) runs as
+  ``reshape``, and the cost model prices a group broadcasting over one as
+  its kernel's strided entry would run.
 
 The other ops (matmul, reshapes, pooling, ...) call their numpy
 implementations. ``compiled.explain()`` lists every choice with its reason.
