@@ -33,7 +33,7 @@ NCHW while the memory stays channels-last from conv to conv: the next conv
 reads its input without a copy, and the elementwise tail between them (the
 bias is added to the product's rows in place; ReLU, residual adds) runs as
 one kernel over the arrays' memory order (`fxkit.backends.numba_launch`),
-and a max pool keeps its input's memory order. A ``view`` of such a value
+and a max pool of such a value runs channels-last too (`MaxPoolChannelsLast`). A ``view`` of one
 runs as ``reshape`` (it copies; see `reordered_values`), and an elementwise
 group broadcasting over one is priced as numpy's ufuncs would run it
 (`fxkit.backends.cost_model.strided_group`).
@@ -56,7 +56,7 @@ import numpy as np
 from fxkit.backends.cost_model import Decision
 from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.meta import TensorMeta
-from fxkit.runtime.ops.conv import conv_geometry
+from fxkit.runtime.ops.conv import conv_geometry, ntuple
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.fused_op import FusedOp
 
@@ -307,26 +307,85 @@ def lower_conv2d(node):
                                             f"{kept} and output kept across calls")
 
 
+class MaxPoolChannelsLast(_ChannelsLast):
+    """A max pool of a channels-last input, computed channels-last: its taps are maxima of strided
+    ``(N, OH, OW, C)`` views, each a run of contiguous channels, where numpy's NCHW pool would walk
+    the input against its strides and return NCHW memory for the next conv to transpose again."""
+
+    __slots__ = ("kernel", "stride", "padding", "_padded")
+
+    def __init__(self, name, out_meta, kernel, stride, padding):
+        super().__init__(name, out_meta)
+        self.kernel, self.stride, self.padding = kernel, stride, padding
+        self._padded = []
+
+    def __call__(self, x, *geometry, **options):
+        """Called with the node's arguments; the geometry was read when lowering."""
+        rows = self._input(x)
+        n, h, w, c = rows.shape
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        if ph or pw:
+            # NOTE: made full of -inf (the eager pool's border, which never wins) and only the interior
+            # written: the border stays across calls.
+            padded = take(self._padded, (n, h + 2 * ph, w + 2 * pw, c), rows.dtype,
+                          lambda shape, dtype: np.full(shape, -np.inf, dtype))
+            padded[:, ph:ph + h, pw:pw + w] = rows
+            rows = padded
+        out = self._output()
+        _, oh, ow, _ = self.shape
+        for p in range(kh):
+            for q in range(kw):
+                taps = rows[:, p:p + (oh - 1) * sh + 1:sh, q:q + (ow - 1) * sw + 1:sw]
+                if p == 0 and q == 0:
+                    np.copyto(out, taps)
+                else:
+                    np.maximum(out, taps, out=out)  # NaN wins, as in the eager pool
+        return out.transpose(0, 3, 1, 2)
+
+
+def lower_max_pool2d(node, reordered):
+    """``(call or None, Decision or None)`` for a ``max_pool2d`` node: channels-last when its input's
+    memory is channels-last (in ``reordered``, from a conv call made here); None, None leaves the
+    node to numpy's pool without a word (an NCHW input: nothing to choose)."""
+    source = node.args[0] if node.args else None
+    if getattr(source, "name", None) not in reordered or not isinstance(source.meta.get("tensor_meta"), TensorMeta):
+        return None, None
+    x, out = source.meta["tensor_meta"], node.meta.get("tensor_meta")
+    bound = node.target.signature.bind(*node.args, **node.kwargs).arguments
+    why = None
+    if len(x.shape) != 4 or not isinstance(out, TensorMeta) or x.dtype.name not in _FLOATS:
+        why = "not a batched float32/float64 input"
+    elif bound.get("ceil_mode", False) or bound.get("return_indices", False) or \
+            ntuple(bound.get("dilation", 1), 2, "max_pool2d", "dilation") != (1, 1):
+        why = "ceil mode, indices or dilation"
+    if why is not None:
+        return None, Decision(node.name, "numpy max_pool2d", why)
+    kernel = ntuple(bound["kernel_size"], 2, "max_pool2d", "kernel_size")
+    stride = bound.get("stride")
+    stride = kernel if stride is None or stride in ((), []) else ntuple(stride, 2, "max_pool2d", "stride")
+    padding = ntuple(bound.get("padding", 0), 2, "max_pool2d", "padding")
+    return MaxPoolChannelsLast(f"{node.name}_channels_last", out, kernel, stride, padding), Decision(
+        node.name, "max pool, channels-last", f"%{source.name} is channels-last: {kernel[0] * kernel[1]} "
+                                              f"maxima of strided views along contiguous channels")
+
+
 def reordered_values(nodes, calls):
     """Names of the values whose memory is not in their NCHW shape's order.
 
-    Every conv call made here returns such a value (channels-last ``(N, H, W, C)``
-    memory, or channel-major ``(C, N, H, W)``); an elementwise group or op, and a
-    max pool, keep the memory order of an input of their own rank (`KernelCall`'s
-    permuted runs, numpy's ufuncs, ``copy(order="K")``), so the order flows
-    through them. The numba backend reads this to price a kernel that would
+    Every call made here (``calls``: node -> call) returns such a value
+    (channels-last ``(N, H, W, C)`` memory, or channel-major ``(C, N, H, W)``); an
+    elementwise group or op keeps the memory order of an input of its own rank
+    (`KernelCall`'s permuted runs, numpy's ufuncs), so the order flows through it. The numba backend reads this to price a kernel that would
     broadcast over such a value (`fxkit.backends.cost_model.strided_group`) and
     to run a ``view`` of one as a ``reshape``.
     """
     found = set()
-    keeps = (get_op("max_pool2d"),)
     for node in nodes:
         if node.op != "call":
             continue
         if node in calls:
             found.add(node.name)
-        elif isinstance(node.target, FusedOp) or node.target in keeps or getattr(node.target, "kind", None) == \
-                "elementwise":
+        elif isinstance(node.target, FusedOp) or getattr(node.target, "kind", None) == "elementwise":
             out = node.meta.get("tensor_meta")
             rank = len(out.shape) if isinstance(out, TensorMeta) else None
             if any(getattr(a, "name", None) in found and len(a.meta["tensor_meta"].shape) == rank
@@ -337,3 +396,6 @@ def reordered_values(nodes, calls):
 
 CONV_RULES = {get_op("conv2d"): lower_conv2d}
 """Registry op -> ``rule(node) -> (call or None, Decision)``: how the numba backend runs that op."""
+POOL_RULES = {get_op("max_pool2d"): lower_max_pool2d}
+"""Registry op -> ``rule(node, reordered) -> (call or None, Decision or None)``: the ops that follow
+their input's layout (`reordered_values`), lowered once the convs before them are."""

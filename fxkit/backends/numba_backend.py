@@ -53,7 +53,7 @@ import os
 import numpy as np
 
 from fxkit.backends.backend import register_backend
-from fxkit.backends.conv_lowering import CONV_RULES, reordered_values
+from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_values
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
@@ -105,6 +105,20 @@ class NumbaBackend(NumpyBackend):
                 if call is not None:
                     calls[node] = call
         reordered = reordered_values(gm.graph.nodes, calls)
+        while True:  # NOTE: a pool lowered channels-last makes its readers' inputs channels-last in turn
+            lowered = False
+            for node in gm.graph.nodes:
+                if node.op == "call" and node.target in POOL_RULES and node not in calls and \
+                        node.name not in {d.node for d in decisions}:
+                    call, decision = POOL_RULES[node.target](node, reordered)
+                    if decision is not None:
+                        decisions.append(decision)
+                    if call is not None:
+                        calls[node] = call
+                        lowered = True
+            if not lowered:
+                break
+            reordered = reordered_values(gm.graph.nodes, calls)
         decisions += reshape_reordered_views(gm.graph, reordered)
         sources = {}
         for node in list(gm.graph.nodes):

@@ -1,6 +1,6 @@
 """Convnets as `fxkit.from_torch` imports them, through the numba backend: batch norm ops folded into
-the convs, channels-last memory kept through pools, squeeze-excite broadcasts priced as numpy's, and
-kernels never run in place. Values are checked against PyTorch or float64 numpy."""
+the convs, channels-last memory kept through max pools, squeeze-excite broadcasts priced as numpy's,
+kernels never run in place, large convs' columns gathered by numba. Values are checked against PyTorch or float64 numpy."""
 import numpy as np
 import pytest
 
@@ -96,13 +96,23 @@ def test_a_kernel_given_its_own_input_as_out_leaves_the_input_alone(rng):
     np.testing.assert_allclose(got, x64 / (1 + np.exp(-x64)), rtol=1e-5, atol=1e-6)
 
 
-def test_max_pool_of_a_channels_last_input_matches_pytorch_and_stays_channels_last(rng):
+@pytest.mark.parametrize("pool", [nn.MaxPool2d(3, 2, 1), nn.MaxPool2d(2), nn.MaxPool2d((3, 2), (1, 2), (1, 0))],
+                         ids=["resnet-stem", "vgg", "uneven"])
+def test_a_max_pool_of_a_conv_runs_channels_last_and_matches_pytorch(pool, rng):
     torch = pytest.importorskip("torch")
-    data = rng.standard_normal((2, 9, 11, 16)).astype(np.float32).transpose(0, 3, 1, 2)  # NCHW shape, NHWC memory
-    got = F.max_pool2d(fxkit.from_numpy(data), 3, 2, 1).numpy()
-    expected = torch.nn.functional.max_pool2d(torch.from_numpy(np.ascontiguousarray(data)), 3, 2, 1).numpy()
-    np.testing.assert_array_equal(got, expected)
-    assert got.transpose(0, 2, 3, 1).flags.c_contiguous
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), pool, nn.Conv2d(8, 4, 1)).eval()
+    x = randn(rng, 2, 3, 15, 14)
+    x.numpy()[0, 0, 4, 5] = np.nan  # NaN wins a window, as in PyTorch
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+    (decision,) = [line for line in compiled.explain().splitlines() if line.startswith("max_pool2d")]
+    assert "max pool, channels-last" in decision
+    t = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.MaxPool2d(pool.kernel_size, pool.stride, pool.padding),
+                            torch.nn.Conv2d(8, 4, 1)).eval()
+    t.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    with torch.no_grad():
+        for inputs in (x, randn(rng, 2, 3, 15, 14)):  # the second call reuses the padded buffer
+            expected = t(torch.from_numpy(inputs.numpy())).numpy()
+            np.testing.assert_allclose(compiled(inputs).numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_view_after_a_channels_last_pool_runs_as_reshape(rng):

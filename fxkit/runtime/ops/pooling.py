@@ -143,8 +143,7 @@ def max_pool(xp, name, nd, input, kernel_size, stride, padding, dilation, ceil_m
     if not return_indices:
         out = None
         for _, v in _windows(x, kernel, stride, dilation, out_hw):
-            # NOTE: order "K" keeps the input's memory order (channels-last stays so, see pad_spatial).
-            out = v.copy(order="K") if out is None else xp.maximum(out, v, out=out)
+            out = v.copy() if out is None else xp.maximum(out, v, out=out)
         return out.reshape(out_shape)
     best, index = _max_with_indices(xp, x, tuple(input.shape[-nd:]), kernel, stride, padding, dilation, out_hw,
                                     lowest, floating)
