@@ -160,16 +160,9 @@ def conv_geometry(name, nd, x, weight, bias, stride, padding, dilation, groups):
 
 def pad_spatial(xp, x, pads, value=0):
     """``x`` (N, C, *spatial) inside a border of ``value``, ``pads`` holding a ``(before, after)``
-    pair per spatial dim; faster than ``xp.pad`` (one fill, one copy).
-
-    The result keeps ``x``'s memory order (its axes by decreasing stride): a channels-last input
-    (a compiled conv's result) is padded channels-last, one contiguous run of channels per pixel,
-    where a C-ordered border would gather every channel across the map."""
+    pair per spatial dim; faster than ``xp.pad`` (one fill, one copy)."""
     shape = tuple(x.shape[:2]) + tuple(lo + size + hi for size, (lo, hi) in zip(x.shape[2:], pads))
-    order = sorted(range(x.ndim), key=lambda axis: -x.strides[axis])
-    laid = tuple(shape[axis] for axis in order)
-    out = xp.zeros(laid, x.dtype) if value == 0 else xp.full(laid, value, x.dtype)
-    out = out.transpose(tuple(order.index(axis) for axis in range(x.ndim)))
+    out = xp.zeros(shape, x.dtype) if value == 0 else xp.full(shape, value, x.dtype)
     out[(slice(None), slice(None)) + tuple(slice(lo, lo + size) for size, (lo, _) in zip(x.shape[2:], pads))] = x
     return out
 
