@@ -9,8 +9,10 @@ shapes, dtypes and devices):
   layers are still ``call[self.conv1]`` nodes, then `Specialize` traces
   through every layer down to registry ops on the example inputs' metadata
   (so ``x.shape[0]`` and ``if x.ndim == 3`` become constants and every node
-  carries ``meta["tensor_meta"]``), then dead code, common subexpressions
-  and constant sub-graphs go. A backend extends the list (the numba backend
+  carries ``meta["tensor_meta"]``), then eval-mode ``batch_norm`` ops fold
+  into the ``conv2d`` ops before them (a model imported with
+  `fxkit.from_torch` has ops, not layers), then dead code, common
+  subexpressions and constant sub-graphs go. A backend extends the list (the numba backend
   appends elementwise fusion) rather than rewriting it.
 * ``lower(gm, specs)``: turn the prepared graph into a `Lowered`, a Python
   callable over raw arrays (numpy or cupy ndarrays in, raw arrays out, in
@@ -53,6 +55,7 @@ from typing import NamedTuple
 
 from fxkit.backends.specialize import Specialize
 from fxkit.errors import LoweringError
+from fxkit.transforms.fold_conv_bn_ops import FoldConvBNOps
 from fxkit.transforms import (EliminateCommonSubexpressions, EliminateDeadCode, FoldConstants, FoldConvBN,
                               RemoveDropout)
 
@@ -113,6 +116,7 @@ class Backend(abc.ABC):
             RemoveDropout(),
             FoldConvBN(),
             Specialize(example_inputs),
+            FoldConvBNOps(),
             RemoveDropout(),
             EliminateDeadCode(),
             EliminateCommonSubexpressions(),

@@ -11,7 +11,9 @@ computes in **channels-last** memory and keeps its buffers:
   *is* the column matrix: one ``(N*H*W, C) @ (C, OC)`` product, no im2col.
 * **im2col** (other single-group convs): the padded input lives in a buffer
   whose zero border is written once, the windows are copied into a reused
-  ``(N*OH*OW, KH*KW*C)`` column buffer, one product covers every image.
+  ``(N*OH*OW, KH*KW*C)`` column buffer, one product covers every image; from
+  `PARALLEL_MIN_COLUMNS` column elements a numba kernel gathers the windows
+  on every thread instead, zeros for the padding (no padded copy).
 * **depthwise** (``groups == in_channels``, one input channel per filter): the
   channels-last numba kernel of `fxkit.backends.numba_conv`, no columns at all.
 
@@ -30,8 +32,11 @@ the ``(OC, N, OH, OW)`` product. Results are
 NCHW while the memory stays channels-last from conv to conv: the next conv
 reads its input without a copy, and the elementwise tail between them (the
 bias is added to the product's rows in place; ReLU, residual adds) runs as
-one kernel over the arrays' memory order (`fxkit.backends.numba_launch`).
-Only ops that need another layout copy (a pooling, a flatten).
+one kernel over the arrays' memory order (`fxkit.backends.numba_launch`),
+and a max pool of such a value runs channels-last too (`MaxPoolChannelsLast`). A ``view`` of one
+runs as ``reshape`` (it copies; see `reordered_values`), and an elementwise
+group broadcasting over one is priced as numpy's ufuncs would run it
+(`fxkit.backends.cost_model.strided_group`).
 
 Anything else (grouped convs that are not depthwise, unbatched or non-float
 inputs, keyword arguments) keeps numpy's ``conv2d``; every choice is a
@@ -51,9 +56,14 @@ import numpy as np
 from fxkit.backends.cost_model import Decision
 from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.meta import TensorMeta
-from fxkit.runtime.ops.conv import conv_geometry
+from fxkit.runtime.ops.conv import conv_geometry, ntuple
 from fxkit.runtime.registry import get_op
+from fxkit.transforms.fused_op import FusedOp
 
+PARALLEL_MIN_COLUMNS = 1 << 22
+"""Column elements (16 MB of float32) from which im2col gathers on numba's threads
+(`fxkit.backends.numba_conv.im2col_nhwc`) instead of numpy's one-threaded copies: waking the
+threads is then a small part of a copy they halve."""
 POOL = 2
 """Outputs kept per conv call: two let ``y = f(x)`` in a loop alternate without allocating."""
 _FREE = 3  # references to a free pooled buffer inside `take`: the pool, the loop variable, getrefcount's argument
@@ -139,30 +149,25 @@ class GemmConv(_ChannelsLast):
 class Im2colConv(_ChannelsLast):
     """A single-group conv: channels-last im2col into a reused buffer, then one product over all images."""
 
-    __slots__ = ("pads", "stride", "dilation", "_padded", "_columns")
+    __slots__ = ("pads", "stride", "dilation", "_padded", "_columns", "_gather")
 
-    def __init__(self, name, out_meta, pads, stride, dilation):
+    def __init__(self, name, out_meta, pads, stride, dilation, gather=None):
         super().__init__(name, out_meta)
         self.pads, self.stride, self.dilation = pads, stride, dilation
         self._padded, self._columns = [], []
+        self._gather = gather
 
     def __call__(self, x, weight, bias=None, *geometry):
-        (pt, pb), (pl, pr) = self.pads
         rows = self._input(x)
         n, h, w, c = rows.shape
-        if pt or pb or pl or pr:
-            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
-            padded = take(self._padded, (n, pt + h + pb, pl + w + pr, c), rows.dtype, np.zeros)
-            padded[:, pt:pt + h, pl:pl + w] = rows
-            rows = padded
         oc, _, kh, kw = weight.shape
         _, oh, ow, _ = self.shape
-        (sh, sw), (dh, dw) = self.stride, self.dilation
-        s_n, s_h, s_w, s_c = rows.strides
         columns = take(self._columns, (n * oh * ow, kh * kw * c), rows.dtype)
-        windows = np.lib.stride_tricks.as_strided(rows, (n, oh, ow, kh, kw, c),
-                                                  (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
-        np.copyto(columns.reshape(n, oh, ow, kh, kw, c), windows)
+        if self._gather is not None:
+            (pt, _), (pl, _) = self.pads
+            self._gather(columns, rows, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
+        else:
+            self._copy_windows(columns, rows, kh, kw)
         out = self._output()
         flat = out.reshape(n * oh * ow, oc)
         np.matmul(columns, _packed(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(kh * kw * c, oc)),
@@ -170,6 +175,22 @@ class Im2colConv(_ChannelsLast):
         if bias is not None:
             flat += bias
         return out.transpose(0, 3, 1, 2)
+
+    def _copy_windows(self, columns, rows, kh, kw):
+        """numpy's im2col: the input into a padded buffer, then one strided copy of its windows."""
+        (pt, pb), (pl, pr) = self.pads
+        n, h, w, c = rows.shape
+        if pt or pb or pl or pr:
+            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
+            padded = take(self._padded, (n, pt + h + pb, pl + w + pr, c), rows.dtype, np.zeros)
+            padded[:, pt:pt + h, pl:pl + w] = rows
+            rows = padded
+        _, oh, ow, _ = self.shape
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        s_n, s_h, s_w, s_c = rows.strides
+        windows = np.lib.stride_tricks.as_strided(rows, (n, oh, ow, kh, kw, c),
+                                                  (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
+        np.copyto(columns.reshape(n, oh, ow, kh, kw, c), windows)
 
 
 class ChannelMajorConv(_ConvCall):
@@ -271,11 +292,110 @@ def lower_conv2d(node):
         return GemmConv(f"{node.name}_gemm", out), Decision(
             node.name, "1x1 GEMM, channels-last", "stride 1, no padding: the input is the column matrix, "
                                                   "one product over all images, no im2col")
+    column_elements = rows * kh * kw * channels
+    if column_elements >= PARALLEL_MIN_COLUMNS:
+        from fxkit.backends import numba_conv  # NOTE: numba loads only when a large conv is lowered
+
+        numba_conv.warm_im2col(x.dtype.np)
+        return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation, numba_conv.im2col_nhwc), Decision(
+            node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "
+                                                f"{column_elements} column elements gathered on numba's threads, "
+                                                f"padding included; columns and output kept across calls")
     kept = "padded input, columns" if any(p for pair in pads for p in pair) else "columns"
     return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation), Decision(
         node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "
                                             f"{kept} and output kept across calls")
 
 
+class MaxPoolChannelsLast(_ChannelsLast):
+    """A max pool of a channels-last input, computed channels-last: its taps are maxima of strided
+    ``(N, OH, OW, C)`` views, each a run of contiguous channels, where numpy's NCHW pool would walk
+    the input against its strides and return NCHW memory for the next conv to transpose again."""
+
+    __slots__ = ("kernel", "stride", "padding", "_padded")
+
+    def __init__(self, name, out_meta, kernel, stride, padding):
+        super().__init__(name, out_meta)
+        self.kernel, self.stride, self.padding = kernel, stride, padding
+        self._padded = []
+
+    def __call__(self, x, *geometry, **options):
+        """Called with the node's arguments; the geometry was read when lowering."""
+        rows = self._input(x)
+        n, h, w, c = rows.shape
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        if ph or pw:
+            # NOTE: made full of -inf (the eager pool's border, which never wins) and only the interior
+            # written: the border stays across calls.
+            padded = take(self._padded, (n, h + 2 * ph, w + 2 * pw, c), rows.dtype,
+                          lambda shape, dtype: np.full(shape, -np.inf, dtype))
+            padded[:, ph:ph + h, pw:pw + w] = rows
+            rows = padded
+        out = self._output()
+        _, oh, ow, _ = self.shape
+        for p in range(kh):
+            for q in range(kw):
+                taps = rows[:, p:p + (oh - 1) * sh + 1:sh, q:q + (ow - 1) * sw + 1:sw]
+                if p == 0 and q == 0:
+                    np.copyto(out, taps)
+                else:
+                    np.maximum(out, taps, out=out)  # NaN wins, as in the eager pool
+        return out.transpose(0, 3, 1, 2)
+
+
+def lower_max_pool2d(node, reordered):
+    """``(call or None, Decision or None)`` for a ``max_pool2d`` node: channels-last when its input's
+    memory is channels-last (in ``reordered``, from a conv call made here); None, None leaves the
+    node to numpy's pool without a word (an NCHW input: nothing to choose)."""
+    source = node.args[0] if node.args else None
+    if getattr(source, "name", None) not in reordered or not isinstance(source.meta.get("tensor_meta"), TensorMeta):
+        return None, None
+    x, out = source.meta["tensor_meta"], node.meta.get("tensor_meta")
+    bound = node.target.signature.bind(*node.args, **node.kwargs).arguments
+    why = None
+    if len(x.shape) != 4 or not isinstance(out, TensorMeta) or x.dtype.name not in _FLOATS:
+        why = "not a batched float32/float64 input"
+    elif bound.get("ceil_mode", False) or bound.get("return_indices", False) or \
+            ntuple(bound.get("dilation", 1), 2, "max_pool2d", "dilation") != (1, 1):
+        why = "ceil mode, indices or dilation"
+    if why is not None:
+        return None, Decision(node.name, "numpy max_pool2d", why)
+    kernel = ntuple(bound["kernel_size"], 2, "max_pool2d", "kernel_size")
+    stride = bound.get("stride")
+    stride = kernel if stride is None or stride in ((), []) else ntuple(stride, 2, "max_pool2d", "stride")
+    padding = ntuple(bound.get("padding", 0), 2, "max_pool2d", "padding")
+    return MaxPoolChannelsLast(f"{node.name}_channels_last", out, kernel, stride, padding), Decision(
+        node.name, "max pool, channels-last", f"%{source.name} is channels-last: {kernel[0] * kernel[1]} "
+                                              f"maxima of strided views along contiguous channels")
+
+
+def reordered_values(nodes, calls):
+    """Names of the values whose memory is not in their NCHW shape's order.
+
+    Every call made here (``calls``: node -> call) returns such a value
+    (channels-last ``(N, H, W, C)`` memory, or channel-major ``(C, N, H, W)``); an
+    elementwise group or op keeps the memory order of an input of its own rank
+    (`KernelCall`'s permuted runs, numpy's ufuncs), so the order flows through it. The numba backend reads this to price a kernel that would
+    broadcast over such a value (`fxkit.backends.cost_model.strided_group`) and
+    to run a ``view`` of one as a ``reshape``.
+    """
+    found = set()
+    for node in nodes:
+        if node.op != "call":
+            continue
+        if node in calls:
+            found.add(node.name)
+        elif isinstance(node.target, FusedOp) or getattr(node.target, "kind", None) == "elementwise":
+            out = node.meta.get("tensor_meta")
+            rank = len(out.shape) if isinstance(out, TensorMeta) else None
+            if any(getattr(a, "name", None) in found and len(a.meta["tensor_meta"].shape) == rank
+                   for a in node.args):
+                found.add(node.name)
+    return found
+
+
 CONV_RULES = {get_op("conv2d"): lower_conv2d}
 """Registry op -> ``rule(node) -> (call or None, Decision)``: how the numba backend runs that op."""
+POOL_RULES = {get_op("max_pool2d"): lower_max_pool2d}
+"""Registry op -> ``rule(node, reordered) -> (call or None, Decision or None)``: the ops that follow
+their input's layout (`reordered_values`), lowered once the convs before them are."""

@@ -10,6 +10,9 @@ plan found dead, is faster. `fused_decision` estimates both:
     numpy: sum over the group's ops of  passes(op) * (NUMPY_CALL_US + elements * NUMPY_NS)
     numba: NUMBA_CALL_US + elements * NUMBA_NS
 
+(or, for a group broadcasting a smaller input over a conv's channels-last or
+channel-major result,
+``NUMBA_CALL_US + elements * NUMBA_STRIDED_NS``: see `strided_group`),
 where ``passes(op)`` is 1 for an op that is one ufunc
 (`fxkit.backends.memory_plan.UFUNC_FORMS`) and `COMPOSITE_PASSES` for the
 others (``sigmoid``, ``gelu``, ``silu`` run several numpy expressions), and a
@@ -38,6 +41,10 @@ NUMBA_CALL_US = 2.0
 """Cost of one generated kernel call (dispatch, argument checks, output pick), microseconds."""
 NUMBA_NS = 0.1
 """Cost of a fused kernel per element, nanoseconds (one pass, vectorised, threaded when large)."""
+NUMBA_STRIDED_NS = 7.0
+"""Cost of a kernel per element on its strided entry, nanoseconds: unknown-layout arrays, no SIMD
+(EfficientNet's squeeze-excite ``x * sigmoid(s)``, ``x`` channels-last, 301056 to 401408 float32
+elements: 7.6 ns each, where numpy's broadcasting multiply, walking memory in order, took 0.3)."""
 COMPOSITE_PASSES = 3
 """numpy calls (passes) assumed for an elementwise op that is not exactly one ufunc."""
 ROW_PASSES = 4
@@ -55,8 +62,9 @@ class Decision(NamedTuple):
         return f"{self.node}: {self.choice} ({self.reason})"
 
 
-def estimate_us(fused, elements):
-    """``(numpy microseconds, numba microseconds)`` for a fused group over ``elements`` elements."""
+def estimate_us(fused, elements, strided=False):
+    """``(numpy microseconds, numba microseconds)`` for a fused group over ``elements`` elements
+    (``strided``: the kernel would run its strided entry, see `strided_group`)."""
     ops = [n for n in fused.graph.nodes if n.op == "call"]
     row = row_node(fused.graph)
     numpy_us = 0.0
@@ -68,11 +76,26 @@ def estimate_us(fused, elements):
         else:
             passes = COMPOSITE_PASSES
         numpy_us += passes * (NUMPY_CALL_US + elements * NUMPY_NS * 1e-3)
-    return numpy_us, NUMBA_CALL_US + elements * NUMBA_NS * 1e-3
+    return numpy_us, NUMBA_CALL_US + elements * (NUMBA_STRIDED_NS if strided else NUMBA_NS) * 1e-3
 
 
-def fused_decision(node):
-    """``(keep the kernel, Decision)`` for a call of a `FusedOp` whose metadata is filled."""
+def strided_group(node, reordered):
+    """Whether the fused call ``node`` would run its kernel's strided entry: it broadcasts a smaller
+    input over an input in ``reordered`` (names of values whose memory is channels-last or
+    channel-major behind an NCHW shape, `fxkit.backends.conv_lowering.reordered_values`).
+
+    `fxkit.backends.numba_launch.KernelCall` runs a kernel over its inputs' memory order only when
+    they all have one shape (its code is generated for the graph's shapes), so such a group walks
+    the big input against its strides, where numpy's broadcasting ufunc walks memory in order.
+    """
+    metas = [a.meta.get("tensor_meta") for a in node.args if hasattr(a, "meta")]
+    shapes = {tuple(m.shape) for m in metas if isinstance(m, TensorMeta)}
+    return len(shapes) > 1 and any(getattr(a, "name", None) in reordered for a in node.args)
+
+
+def fused_decision(node, reordered=frozenset()):
+    """``(keep the kernel, Decision)`` for a call of a `FusedOp` whose metadata is filled
+    (``reordered``: see `strided_group`)."""
     fused = node.target
     metas = [a.meta.get("tensor_meta") for a in node.args if hasattr(a, "meta")]
     out = node.meta.get("tensor_meta")
@@ -80,10 +103,13 @@ def fused_decision(node):
     sizes = [math.prod(m.shape) for m in metas if isinstance(m, TensorMeta)
              and all(isinstance(d, int) for d in m.shape)]
     elements = max(sizes, default=0)
-    numpy_us, numba_us = estimate_us(fused, elements)
+    strided = strided_group(node, reordered)
+    numpy_us, numba_us = estimate_us(fused, elements, strided)
     ops = [n.target.name if isinstance(n.target, Op) else str(n.target) for n in fused.graph.nodes
            if n.op == "call"]
-    what = f"{', '.join(ops)} over {elements} elements: est. numba {numba_us:.1f} us, numpy {numpy_us:.1f} us"
+    entry = ", broadcast over a reordered input: strided entry" if strided else ""
+    what = (f"{', '.join(ops)} over {elements} elements{entry}: est. numba {numba_us:.1f} us, "
+            f"numpy {numpy_us:.1f} us")
     if numba_us <= numpy_us:
         return True, Decision(node.name, f"numba kernel {fused.name}", what)
     return False, Decision(node.name, "numpy ops", what)

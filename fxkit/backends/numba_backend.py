@@ -26,7 +26,10 @@ that
   a conv's tail (ReLU, SiLU, a residual add) then runs in the conv's output;
 * convolutions run as their registry rule in `fxkit.backends.conv_lowering`
   says (channels-last or channel-major products with reused buffers, a
-  depthwise kernel).
+  depthwise kernel); their results' memory is not in NCHW order, so a
+  ``view`` of one (or of an elementwise result or max pool of one) runs as
+  ``reshape``, and the cost model prices a group broadcasting over one as
+  its kernel's strided entry would run.
 
 The other ops (matmul, reshapes, pooling, ...) call their numpy
 implementations. ``compiled.explain()`` lists every choice with its reason.
@@ -50,7 +53,7 @@ import os
 import numpy as np
 
 from fxkit.backends.backend import register_backend
-from fxkit.backends.conv_lowering import CONV_RULES
+from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_values
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
@@ -60,6 +63,7 @@ from fxkit.backends.split_bias import SplitLinearBias
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
 from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.errors import LoweringError
+from fxkit.runtime.registry import get_op
 from fxkit.transforms import EliminateDeadCode
 from fxkit.transforms.fuse_elementwise import FuseElementwise
 from fxkit.transforms.fused_op import FusedOp
@@ -93,6 +97,29 @@ class NumbaBackend(NumpyBackend):
 
         order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
         decisions = []
+        calls = {}
+        for node in gm.graph.nodes:
+            if node.op == "call" and node.target in CONV_RULES:
+                call, decision = CONV_RULES[node.target](node)
+                decisions.append(decision)
+                if call is not None:
+                    calls[node] = call
+        reordered = reordered_values(gm.graph.nodes, calls)
+        while True:  # NOTE: a pool lowered channels-last makes its readers' inputs channels-last in turn
+            lowered = False
+            for node in gm.graph.nodes:
+                if node.op == "call" and node.target in POOL_RULES and node not in calls and \
+                        node.name not in {d.node for d in decisions}:
+                    call, decision = POOL_RULES[node.target](node, reordered)
+                    if decision is not None:
+                        decisions.append(decision)
+                    if call is not None:
+                        calls[node] = call
+                        lowered = True
+            if not lowered:
+                break
+            reordered = reordered_values(gm.graph.nodes, calls)
+        decisions += reshape_reordered_views(gm.graph, reordered)
         sources = {}
         for node in list(gm.graph.nodes):
             if node.op == "call" and isinstance(node.target, FusedOp):
@@ -101,13 +128,13 @@ class NumbaBackend(NumpyBackend):
                     decisions.append(Decision(node.name, "numpy ops", "no numba kernel for this group's "
                                                                        "dtypes or layout"))
                     continue
-                keep, decision = fused_decision(node)
+                keep, decision = fused_decision(node, reordered)
                 decisions.append(decision)
                 if keep:
                     sources[node] = source
                 else:
                     inline_group(gm.graph, node)
-        calls, kernels, writers = {}, {}, set()
+        kernels, writers = {}, set()
         for node in gm.graph.nodes:
             source = sources.get(node)
             if source is not None:
@@ -117,13 +144,27 @@ class NumbaBackend(NumpyBackend):
                 kernels[node.target.name] = source.text
                 if source.elementwise and len(source.outputs) == 1:
                     writers.add(node)  # NOTE: may write into a dead input of its shape (the conv's epilogue)
-            elif node.op == "call" and node.target in CONV_RULES:
-                call, decision = CONV_RULES[node.target](node)
-                decisions.append(decision)
-                if call is not None:
-                    calls[node] = call
         decisions.sort(key=lambda d: order[d.node])
         return calls, kernels, writers, decisions
+
+
+def reshape_reordered_views(graph, reordered):
+    """Run each ``view`` of a reordered value as ``reshape``; returns the `Decision` of each.
+
+    The graph's shapes are NCHW while such a value's memory is ``(N, H, W, C)``
+    or ``(C, N, H, W)`` (see `fxkit.backends.conv_lowering.reordered_values`), so
+    ``x.view(n, -1)`` cannot alias it (LeNet's flatten after a pool): ``reshape``
+    gives the same values, copying.
+    """
+    view, reshape = get_op("view"), get_op("reshape")
+    decisions = []
+    for node in graph.nodes:
+        if node.op == "call" and node.target is view and not node.kwargs and \
+                getattr(node.args[0], "name", None) in reordered:
+            node.target = reshape
+            decisions.append(Decision(node.name, "reshape", f"view of %{node.args[0].name}, whose memory is "
+                                                            f"not in NCHW order: copied"))
+    return decisions
 
 
 def kernel_source(node):

@@ -58,8 +58,16 @@ class KernelCall:
 
     def __call__(self, *args, out=None):
         """Run the kernel; ``out``: a dead buffer of the single output's shape and dtype the memory plan
-        gives, written (even when also an input: elementwise kernels read each position before writing
-        it) when it and every argument are C-contiguous or all permuted alike, else a pooled buffer."""
+        gives, written when it and every argument are C-contiguous or all permuted alike, else a
+        pooled buffer.
+
+        An ``out`` that is also an argument (``fused_0(conv2d, out=conv2d)``) is not written: LLVM
+        vectorises a kernel's loop only behind a run-time check that its output and inputs do not
+        overlap, so in place it runs the scalar loop (a silu over 401408 float32: 2.9 ms in place,
+        0.26 ms into another buffer); a pooled buffer costs no page faults after its first use.
+        """
+        if out is not None and any(args[i] is out for i in self._arrays):
+            out = None
         entry = self._contiguous
         if out is not None and out.flags.c_contiguous and all(args[i].flags.c_contiguous for i in self._arrays):
             entry(out, *args)

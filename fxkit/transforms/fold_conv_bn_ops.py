@@ -13,6 +13,7 @@ from fxkit.runtime import nn
 from fxkit.runtime.tensor import Tensor
 from fxkit.transforms.fold_conv_bn import fold_conv_bn_weights
 from fxkit.transforms.pass_base import Pass
+from fxkit.transforms.shape_prop import meta_of, record_meta
 
 
 class FoldConvBNOps(Pass):
@@ -42,14 +43,18 @@ class FoldConvBNOps(Pass):
                 names.append(name)
             with graph.inserting_before(conv_node):
                 weight, bias = (graph.get_attr(n) for n in names)
+            if "tensor_meta" in conv_node.meta:  # after shape inference (a backend's pipeline): keep it whole
+                record_meta(weight, meta_of(fused.weight))
+                record_meta(bias, meta_of(fused.bias))
             args = list(conv_node.args)
             args[1] = weight
             if len(args) > 2:
                 args[2] = bias
-                conv_node.args = tuple(args)
-            else:
-                conv_node.args = tuple(args)
+            elif "bias" in conv_node.kwargs:
                 conv_node.kwargs = {**conv_node.kwargs, "bias": bias}
+            else:
+                args.append(bias)  # NOTE: positional, as conv2d(input, weight, bias): calls stay keyword-free
+            conv_node.args = tuple(args)
             for key, value in bn_node.meta.items():
                 conv_node.meta.setdefault(key, value)
             bn_node.replace_all_uses_with(conv_node)
