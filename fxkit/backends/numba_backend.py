@@ -60,9 +60,14 @@ from fxkit.backends.split_bias import SplitLinearBias
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
 from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.errors import LoweringError
+from fxkit.runtime.registry import get_op
 from fxkit.transforms import EliminateDeadCode
 from fxkit.transforms.fuse_elementwise import FuseElementwise
 from fxkit.transforms.fused_op import FusedOp
+
+
+ATTENTION = get_op("scaled_dot_product_attention")
+"""Lowered by `fxkit.backends.numba_attention` (numpy products around a numba softmax)."""
 
 
 class NumbaBackend(NumpyBackend):
@@ -119,6 +124,13 @@ class NumbaBackend(NumpyBackend):
                     writers.add(node)  # NOTE: may write into a dead input of its shape (the conv's epilogue)
             elif node.op == "call" and node.target in CONV_RULES:
                 call, decision = CONV_RULES[node.target](node)
+                decisions.append(decision)
+                if call is not None:
+                    calls[node] = call
+            elif node.op == "call" and node.target is ATTENTION:
+                from fxkit.backends.numba_attention import lower_attention  # NOTE: see the numba import above
+
+                call, decision = lower_attention(node)
                 decisions.append(decision)
                 if call is not None:
                     calls[node] = call
