@@ -10,7 +10,8 @@ LlamaForCausalLM (tiny configs), imported by ``fxkit.from_torch`` with a symboli
 ``tests.models.torch_reference.TransformerBlock`` holding the same weights.
 
 Each round times every contender once, one after the other (the contenders take turns, so
-both see the same load), a round being a few calls (at least ``--min-seconds``) averaged; each
+both see the same load), a round being a rest of `PAUSE`, one untimed call, then a few calls (at
+least ``--min-seconds``) averaged; each
 keeps the median of ``--repeats`` rounds (>= 9 for issue 19). Every contender gets
 ``--threads`` threads (PyTorch's intra-op pool, BLAS through threadpoolctl, numba). The table
 prints the ratio fxkit / PyTorch (target <= 1.0x) and the max relative error of fxkit against
@@ -114,7 +115,14 @@ def pair(name, batch):
     return block_pair(batch) if name == "TransformerBlock" else corpus_pair(name, batch)
 
 
+PAUSE = 0.2
+"""Seconds of rest before each round: BLAS, numba and PyTorch workers spin a while after a call, and
+on a 2-core machine they would steal the cores of the contender that follows."""
+
+
 def one_round(fn, calls):
+    time.sleep(PAUSE)
+    fn()  # NOTE: the first call after the rest wakes the contender's sleeping workers: not timed
     start = time.perf_counter()
     for _ in range(calls):
         fn()
