@@ -148,9 +148,7 @@ def profile(name, batch, calls):
     ours_call()
     lowered = compiled._last.lowered
     totals = {}
-    import sys as _sys
-
-    last = [None, 0.0]
+    last = [None, 0.0]  # the generated line running now, and since when
 
     def tracer(frame, event, arg):
         if frame.f_code.co_filename != lowered.filename:
@@ -162,12 +160,12 @@ def profile(name, batch, calls):
             last[0], last[1] = (frame.f_lineno if event == "line" else None), time.perf_counter()
         return tracer
 
-    _sys.settrace(tracer)
+    sys.settrace(tracer)
     try:
         for _ in range(calls):
             ours_call()
     finally:
-        _sys.settrace(None)
+        sys.settrace(None)
     lines = lowered.code.splitlines()
     total = sum(totals.values())
     print(f"{name} batch {batch}: {total / calls * 1e3:.2f} ms per call in generated lines")
@@ -181,7 +179,7 @@ def main():
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=9, help="rounds per contender (median kept; >= 9)")
+    parser.add_argument("--repeats", type=int, default=9, help="rounds per contender (median kept; >= 9); calls traced with --profile")
     parser.add_argument("--min-seconds", type=float, default=0.05, help="least time of one round")
     parser.add_argument("--profile", choices=MODELS, help="per-line time of one compiled model instead")
     args = parser.parse_args()

@@ -26,7 +26,10 @@ that
   a conv's tail (ReLU, SiLU, a residual add) then runs in the conv's output;
 * convolutions run as their registry rule in `fxkit.backends.conv_lowering`
   says (channels-last or channel-major products with reused buffers, a
-  depthwise kernel).
+  depthwise kernel);
+* float32 ``scaled_dot_product_attention`` without dropout runs its two
+  products in numpy and everything between them as one numba pass per row
+  (`fxkit.backends.numba_attention`).
 
 The other ops (matmul, reshapes, pooling, ...) call their numpy
 implementations. ``compiled.explain()`` lists every choice with its reason.
