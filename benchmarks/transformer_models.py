@@ -179,7 +179,8 @@ def main():
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=9, help="rounds per contender (median kept; >= 9); calls traced with --profile")
+    parser.add_argument("--repeats", type=int, default=9,
+                        help="rounds per contender (median kept; >= 9); calls traced with --profile")
     parser.add_argument("--min-seconds", type=float, default=0.05, help="least time of one round")
     parser.add_argument("--profile", choices=MODELS, help="per-line time of one compiled model instead")
     args = parser.parse_args()

@@ -150,8 +150,8 @@ def lower_attention(node):
         reason = "dropout or grouped heads"
     elif mask is not None and (mask_meta is None or mask_meta.dtype.name not in ("bool", "float32")):
         reason = "a mask that is not a bool or float32 tensor"
-    elif not isinstance(given.get("is_causal", False), bool) or not isinstance(given.get("scale"), (float, int,
-                                                                                                   type(None))):
+    elif not isinstance(given.get("is_causal", False), bool) or not isinstance(given.get("scale", 1.0),
+                                                                               (float, int, type(None))):
         reason = "is_causal or scale computed at run time"
     if reason is not None:
         return None, Decision(node.name, "numpy ops", f"attention: {reason}")
