@@ -30,6 +30,9 @@ that
   ``view`` of one (or of an elementwise result or max pool of one) runs as
   ``reshape``, and the cost model prices a group broadcasting over one as
   its kernel's strided entry would run.
+* float32 ``scaled_dot_product_attention`` without dropout runs its two
+  products in numpy and everything between them as one numba pass per row
+  (`fxkit.backends.numba_attention`).
 
 The other ops (matmul, reshapes, pooling, ...) call their numpy
 implementations. ``compiled.explain()`` lists every choice with its reason.
@@ -69,6 +72,10 @@ from fxkit.transforms.fuse_elementwise import FuseElementwise
 from fxkit.transforms.fused_op import FusedOp
 
 
+ATTENTION = get_op("scaled_dot_product_attention")
+"""Lowered by `fxkit.backends.numba_attention` (numpy products around a numba softmax)."""
+
+
 class NumbaBackend(NumpyBackend):
     """Fused groups as numba kernels, everything else as the numpy backend (see the module docstring)."""
 
@@ -101,9 +108,15 @@ class NumbaBackend(NumpyBackend):
         for node in gm.graph.nodes:
             if node.op == "call" and node.target in CONV_RULES:
                 call, decision = CONV_RULES[node.target](node)
-                decisions.append(decision)
-                if call is not None:
-                    calls[node] = call
+            elif node.op == "call" and node.target is ATTENTION:
+                from fxkit.backends.numba_attention import lower_attention  # NOTE: see the numba import above
+
+                call, decision = lower_attention(node)
+            else:
+                continue
+            decisions.append(decision)
+            if call is not None:
+                calls[node] = call
         reordered = reordered_values(gm.graph.nodes, calls)
         while True:  # NOTE: a pool lowered channels-last makes its readers' inputs channels-last in turn
             lowered = False

@@ -170,6 +170,9 @@ def linear(xp, input, weight, bias=None):  # noqa: A002
     """``x @ weight.T + bias`` with PyTorch's layout: ``weight`` is ``(out_features, in_features)``.
 
     BLAS reads ``weight.T`` without a copy and the bias is added in place to the fresh product.
+    An input of more than 2 dims is one ``(rows, in_features)`` product: numpy's stacked matmul
+    against the transposed weight loops outside BLAS (``(8, 17, 3072) @ (3072, 768)``: 1.8 s
+    against 70 ms for the same rows as one 2-D product).
     """
     dtype = input.dtype
     if dtype != weight.dtype or (bias is not None and bias.dtype != dtype):
@@ -177,7 +180,11 @@ def linear(xp, input, weight, bias=None):  # noqa: A002
     if dtype.kind == BFLOAT16_KIND:
         return run_in_float32(linear.impl, xp, input, weight, bias)
     try:
-        out = xp.matmul(input, weight.T)
+        if input.ndim > 2 and weight.ndim == 2 and input.shape[-1] == weight.shape[1]:
+            rows = input.reshape(math.prod(input.shape[:-1]), input.shape[-1])
+            out = xp.matmul(rows, weight.T).reshape(input.shape[:-1] + (weight.shape[0],))
+        else:
+            out = xp.matmul(input, weight.T)
     except ValueError:
         _linear_shape(input.shape, weight.shape, None)
         raise

@@ -1,0 +1,206 @@
+"""Issue 19's transformer-style models: ``fxkit.compile(backend="numba")`` against PyTorch eager.
+
+    python benchmarks/transformer_models.py                          # all five, batch 1 and 8, 2 threads
+    python benchmarks/transformer_models.py --models vit_b_16 --batches 8 --repeats 15
+    python benchmarks/transformer_models.py --profile BertModel      # per-op time of the compiled module
+
+Models: the corpus's torchvision vit_b_16 and convnext_tiny (64x64) and transformers' BertModel and
+LlamaForCausalLM (tiny configs), imported by ``fxkit.from_torch`` with a symbolic batch, and
+`fxkit.models.TransformerBlock` (embed 128, 4 heads, sequence 64) beside
+``tests.models.torch_reference.TransformerBlock`` holding the same weights.
+
+Each round times every contender once, one after the other (the contenders take turns, so
+both see the same load), a round being a rest of `PAUSE`, one untimed call, then a few calls (at
+least ``--min-seconds``) averaged; each
+keeps the median of ``--repeats`` rounds (>= 9 for issue 19). Every contender gets
+``--threads`` threads (PyTorch's intra-op pool, BLAS through threadpoolctl, numba). The table
+prints the ratio fxkit / PyTorch (target <= 1.0x) and the max relative error of fxkit against
+PyTorch; the load average is printed with it: the machine may be shared.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import fxkit  # noqa: E402
+import fxkit.models  # noqa: E402,F401  (TransformerBlock)
+
+MODELS = ("vit_b_16", "convnext_tiny", "TransformerBlock", "BertModel", "LlamaForCausalLM")
+CORPUS = {"vit_b_16": "torchvision/vit_b_16", "convnext_tiny": "torchvision/convnext_tiny",
+          "BertModel": "transformers/BertModel", "LlamaForCausalLM": "transformers/LlamaForCausalLM"}
+BLOCK_SHAPE = (64, 128)
+"""TransformerBlock's (sequence, embed) per batch item."""
+
+
+def limit_threads(n):
+    """Give PyTorch, BLAS and numba ``n`` threads each; returns the BLAS limit (keep it alive)."""
+    import numba
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(n)
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    return threadpool_limits(n)
+
+
+def flat(value):
+    """Outputs as a flat tuple of float64 numpy arrays (fxkit Tensors or torch tensors)."""
+    if isinstance(value, dict):
+        value = tuple(value.values())
+    if isinstance(value, (tuple, list)):
+        return tuple(a for item in value for a in flat(item))
+    if value is None:
+        return ()
+    if hasattr(value, "detach"):
+        value = value.detach()
+    return (np.asarray(value.numpy(), np.float64),)
+
+
+def max_error(actual, expected):
+    return max(float(np.max(np.abs(a - e)) / max(float(np.max(np.abs(e))), 1e-30))
+               for a, e in zip(flat(actual), flat(expected)))
+
+
+def corpus_pair(name, batch):
+    """``(torch call, fxkit compiled call)`` of a corpus model at ``batch``."""
+    import torch
+
+    from tests.interop.test_from_torch_corpus import imported
+
+    entry, gm = imported(CORPUS[name])
+    inputs = entry.make_inputs(batch, 1)
+    ours = [fxkit.from_numpy(np.ascontiguousarray(x.numpy())) for x in inputs]
+    compiled = fxkit.compile(gm, backend="numba", example_inputs=ours)
+    kwargs = entry.kwargs(inputs)
+
+    def torch_call():
+        with torch.no_grad():
+            return entry.model(**kwargs)
+
+    return torch_call, lambda: compiled(*ours), compiled
+
+
+def block_pair(batch):
+    """``(torch call, fxkit compiled call)`` of the transformer block, equal weights."""
+    import torch
+
+    from tests.models.torch_reference import TransformerBlock as TorchBlock
+
+    torch.manual_seed(0)
+    reference = TorchBlock().eval()
+    with torch.no_grad():  # torch zero-initialises these biases: make them matter
+        for key, p in reference.named_parameters():
+            if key.endswith("bias"):
+                p.copy_(torch.rand(p.shape) * 0.2 - 0.1)
+    model = fxkit.models.TransformerBlock().eval()
+    model.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()})
+    x = np.random.default_rng(1).standard_normal((batch, *BLOCK_SHAPE)).astype(np.float32)
+    xt, ours = torch.from_numpy(x), fxkit.from_numpy(x)
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[ours])
+
+    def torch_call():
+        with torch.no_grad():
+            return reference(xt)
+
+    return torch_call, lambda: compiled(ours), compiled
+
+
+def pair(name, batch):
+    return block_pair(batch) if name == "TransformerBlock" else corpus_pair(name, batch)
+
+
+PAUSE = 0.2
+"""Seconds of rest before each round: BLAS, numba and PyTorch workers spin a while after a call, and
+on a 2-core machine they would steal the cores of the contender that follows."""
+
+
+def one_round(fn, calls):
+    time.sleep(PAUSE)
+    fn()  # NOTE: the first call after the rest wakes the contender's sleeping workers: not timed
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def interleaved_medians(fns, repeats, min_seconds):
+    """Median seconds per call of each of ``fns``, over ``repeats`` rounds taken in turn."""
+    for fn in fns:
+        fn()
+        fn()
+    calls = [max(1, int(min_seconds / max(one_round(fn, 1), 1e-6))) for fn in fns]
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            times[i].append(one_round(fn, calls[i]))
+    return [statistics.median(t) for t in times]
+
+
+def profile(name, batch, calls):
+    """Seconds per generated line of the compiled module (one line per graph node), top 25."""
+    _, ours_call, compiled = pair(name, batch)
+    ours_call()
+    lowered = compiled._last.lowered
+    totals = {}
+    last = [None, 0.0]  # the generated line running now, and since when
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename != lowered.filename:
+            return None
+        if event in ("line", "return"):
+            now = time.perf_counter()
+            if last[0] is not None:
+                totals[last[0]] = totals.get(last[0], 0.0) + now - last[1]
+            last[0], last[1] = (frame.f_lineno if event == "line" else None), time.perf_counter()
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        for _ in range(calls):
+            ours_call()
+    finally:
+        sys.settrace(None)
+    lines = lowered.code.splitlines()
+    total = sum(totals.values())
+    print(f"{name} batch {batch}: {total / calls * 1e3:.2f} ms per call in generated lines")
+    for lineno, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:25]:
+        text = lines[lineno - 1].strip() if lineno - 1 < len(lines) else "?"
+        print(f"{seconds / calls * 1e3:8.3f} ms  {100 * seconds / total:5.1f}%  {text[:110]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=9,
+                        help="rounds per contender (median kept; >= 9); calls traced with --profile")
+    parser.add_argument("--min-seconds", type=float, default=0.05, help="least time of one round")
+    parser.add_argument("--profile", choices=MODELS, help="per-line time of one compiled model instead")
+    args = parser.parse_args()
+    limits = limit_threads(args.threads)  # noqa: F841  (kept alive: the BLAS limit lasts as long as it)
+    if args.profile:
+        for batch in args.batches:
+            profile(args.profile, batch, args.repeats)
+        return
+    print(f"fxkit.compile(numba) / PyTorch eager, median of {args.repeats} interleaved rounds, "
+          f"{args.threads} threads each; load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{'model':<18}{'batch':>6}{'torch ms':>10}{'fxkit ms':>10}{'ratio':>8}{'target':>8}{'max rel err':>13}")
+    for name in args.models:
+        for batch in args.batches:
+            torch_call, ours_call, _ = pair(name, batch)
+            error = max_error(ours_call(), torch_call())
+            torch_s, ours_s = interleaved_medians([torch_call, ours_call], args.repeats, args.min_seconds)
+            print(f"{name:<18}{batch:>6}{torch_s * 1e3:>10.2f}{ours_s * 1e3:>10.2f}{ours_s / torch_s:>7.2f}x"
+                  f"{'<= 1.0x':>8}{error:>13.1e}", flush=True)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
