@@ -254,14 +254,14 @@ def worker(args):
 
 
 def run(n, part, quick, *more):
-    from fxkit.distributed.launch import command
+    from fxkit.distributed.launch import command, job_results
 
     extra = ["--worker", part, *more] + (["--quick"] if quick else [])
     job = subprocess.run(command(n, __file__, extra), capture_output=True, text=True, timeout=900)
-    lines = [line for line in job.stdout.splitlines() if line.startswith("RESULT ")]
-    if job.returncode != 0 or not lines:
+    results = job_results(job.stdout)
+    if job.returncode != 0 or not results:
         raise SystemExit(f"{part} on {n} ranks failed:\n{job.stdout[-2000:]}\n{job.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return results[-1]
 
 
 def main():

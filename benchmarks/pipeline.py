@@ -32,6 +32,7 @@ sys.path.insert(0, ROOT)
 
 import fxkit  # noqa: E402
 from fxkit import nn  # noqa: E402
+from fxkit.distributed.launch import job_results  # noqa: E402
 
 SLEEP_PER_SAMPLE = 1e-3
 BATCH = {"sleep": 32, "mlp": 256}
@@ -107,10 +108,7 @@ def mpi_figures(args):
             if result.returncode != 0:
                 console.print(f"[red]k={k} failed:[/red]\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
                 continue
-            for line in result.stdout.splitlines():
-                if not line.startswith("RESULT "):
-                    continue
-                r = json.loads(line[7:])
+            for r in job_results(result.stdout):
                 bubble = 1 - sum(r["busy"]) / (r["k"] * r["wall"])
                 formula = (r["k"] - 1) / (r["m"] + r["k"] - 1)
                 table.add_row(str(r["k"]), str(r["m"]), f"{BATCH[workload] / r['wall']:.0f}", f"{r['wall'] * 1e3:.1f}",

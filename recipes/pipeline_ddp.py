@@ -92,16 +92,16 @@ def main():
     if not dist.is_available():
         print("mpi4py is not installed: `pip install fxkit[mpi]` to run stages and replicas on several ranks")
         return
-    from fxkit.distributed.launch import command
+    from fxkit.distributed.launch import command, job_results
 
     n = args.stages * args.replicas
     forwarded = [f"--{k}={v}" for k, v in vars(args).items() if k not in ("worker", "replicas")]
     job = subprocess.run(command(n, __file__, ["--worker", *forwarded]), capture_output=True, text=True, timeout=600)
     print(job.stdout, end="")
-    lines = [line for line in job.stdout.splitlines() if line.startswith("RESULT ")]
-    if job.returncode != 0 or not lines:
+    results = job_results(job.stdout)
+    if job.returncode != 0 or not results:
         raise SystemExit(f"the {n}-rank job failed:\n{job.stderr[-3000:]}")
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = results[-1]
     print(f"{args.stages} stages x {args.replicas} replicas on {n} ranks: test accuracy {result['accuracy']:.2%}, "
           f"{result['step_ms']:.1f} ms a step")
 

@@ -94,13 +94,13 @@ def worker(args):
 
 
 def run_job(n, extra):
-    from fxkit.distributed.launch import command
+    from fxkit.distributed.launch import command, job_results
 
     out = subprocess.run(command(n, __file__, ["--worker", *extra]), capture_output=True, text=True, timeout=600)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
+    results = job_results(out.stdout)
+    if out.returncode != 0 or not results:
         raise SystemExit(f"the {n}-rank job failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return results[-1]
 
 
 def driver(args):

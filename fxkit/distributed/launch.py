@@ -12,7 +12,9 @@ name it too, through their own collective deadline (see
 its watcher (``PR_SET_PDEATHSIG``), so cleaning up the job leaves nothing
 behind. The plain ``mpiexec -n N python script.py`` runs the same script.
 """
+import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,17 @@ import sys
 from fxkit.errors import DistributedError
 
 WATCHER = pathlib.Path(__file__).with_name("rank_watcher.py")
+_RESULT = re.compile(r"RESULT (\{[^{}\n]*\})")
+
+
+def job_results(stdout):
+    """The JSON objects a job's ranks printed as ``RESULT {...}``, in the order they appear.
+
+    mpiexec forwards each rank's output as it comes, so one rank's line can start right after another
+    rank's text, before that rank's newline ("...: TrueRESULT {...}"): a result is found wherever it
+    starts, not only at the start of a line. The objects are flat (no nested braces).
+    """
+    return [json.loads(found) for found in _RESULT.findall(stdout)]
 
 
 def find_mpiexec():

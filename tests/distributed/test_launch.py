@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fxkit.distributed.launch import WATCHER, command
+from fxkit.distributed.launch import WATCHER, command, job_results
 from fxkit.errors import DistributedError
 from tests.distributed.mpirun import HERE, ROOT, STARTUP_SECONDS, needs_mpi, output
 
@@ -44,3 +44,12 @@ def test_the_command_keeps_ranks_alive_to_name_a_lost_one():
     assert cmd[-4:] == [str(WATCHER), "train.py", "--lr", "0.1"]
     with pytest.raises(DistributedError, match="-n is the number of ranks, a positive int; got 0"):
         command(0, "train.py", [], mpiexec="mpiexec")
+
+
+def test_job_results_are_found_where_another_rank_s_line_runs_into_them():
+    """The output CI once got from recipes/pipeline_ddp.py: rank 3's newline came after rank 0's result."""
+    stdout = ('rank 1: stage 1 of replica 0, equal to the other replica: True\n'
+              'rank 3: stage 1 of replica 1, equal to the other replica: TrueRESULT {"accuracy": 0.857, '
+              '"step_ms": 31.8}\nrank 0: stage 0 of replica 0, equal: True\n\nRESULT {"k": 2, "busy": [0.1, 0.2]}\n')
+    assert job_results(stdout) == [{"accuracy": 0.857, "step_ms": 31.8}, {"k": 2, "busy": [0.1, 0.2]}]
+    assert job_results("epoch 1: loss 2.25\n") == []
