@@ -9,8 +9,8 @@ Models (random weights, eval mode): fxkit's zoo ResNet-18 and ResNet-50
 efficientnet_b0 and vgg11 converted with `fxkit.from_torch` (issue 19). All
 contenders run in this one process on 2 threads (OMP/OpenBLAS/MKL/numba
 threads set before any import, ``torch.set_num_threads(2)``), one call of
-each in turn per round so that load from elsewhere on the machine hits all of
-them alike; each figure is the median of ``--repeats`` rounds after a
+each in turn per round (after a rest of `PAUSE`, so the last contender's spinning
+workers are idle) so that load from elsewhere on the machine hits all of them alike; each figure is the median of ``--repeats`` rounds after a
 warm-up, printed in ms and as a ratio to PyTorch eager, with the load average
 when the model ran. Each contender's output is checked against PyTorch's.
 
@@ -82,6 +82,12 @@ def contenders(name, x):
     return calls, run_torch().numpy()
 
 
+PAUSE = 0.2
+"""Seconds of rest before each timed call: OpenBLAS, numba and PyTorch workers spin a while after a call
+(OpenBLAS's up to about 0.1 s), and on a 2-core machine they would take the cores of the contender that
+follows: without the rest, PyTorch's resnet18 at batch 1 took 116 ms here against 23 ms on its own."""
+
+
 def measure(calls, repeats):
     """Median seconds per call of each contender over ``repeats`` interleaved rounds (after a warm-up)."""
     times = {k: [] for k in calls}
@@ -89,6 +95,7 @@ def measure(calls, repeats):
         fn()
     for _ in range(repeats):
         for k, fn in calls.items():
+            time.sleep(PAUSE)
             start = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - start)

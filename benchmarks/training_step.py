@@ -336,6 +336,11 @@ def ratio_steps(model, threads):
     return steps
 
 
+PAUSE = 0.2
+"""Seconds of rest before each timed step: OpenBLAS, numba and PyTorch workers spin a while after a call
+(OpenBLAS's up to about 0.1 s) and would take the 2 cores from the contender that follows."""
+
+
 def ratio_table(console, model, threads, rounds):
     """Issue 19's training-step ratios to PyTorch eager (target <= 1.2), interleaved in one process."""
     import time
@@ -351,6 +356,7 @@ def ratio_table(console, model, threads, rounds):
         kept = {name: [] for name in steps}
         for _ in range(rounds):
             for name, fn in steps.items():
+                time.sleep(PAUSE)
                 wall, cpu = time.perf_counter(), time.process_time()
                 fn()
                 kept[name].append((time.perf_counter() - wall, time.process_time() - cpu))
