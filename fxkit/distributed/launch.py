@@ -14,7 +14,6 @@ behind. The plain ``mpiexec -n N python script.py`` runs the same script.
 """
 import json
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
@@ -22,17 +21,26 @@ import sys
 from fxkit.errors import DistributedError
 
 WATCHER = pathlib.Path(__file__).with_name("rank_watcher.py")
-_RESULT = re.compile(r"RESULT (\{[^{}\n]*\})")
+_RESULT = "RESULT "
 
 
 def job_results(stdout):
-    """The JSON objects a job's ranks printed as ``RESULT {...}``, in the order they appear.
+    """The JSON values a job's ranks printed after ``RESULT ``, in the order they appear.
 
     mpiexec forwards each rank's output as it comes, so one rank's line can start right after another
-    rank's text, before that rank's newline ("...: TrueRESULT {...}"): a result is found wherever it
-    starts, not only at the start of a line. The objects are flat (no nested braces).
+    rank's text, before that rank's newline ("...: TrueRESULT {...}"): a result is read wherever it
+    starts, not only at the start of a line, and ends where its JSON value ends.
     """
-    return [json.loads(found) for found in _RESULT.findall(stdout)]
+    decoder, results, at = json.JSONDecoder(), [], stdout.find(_RESULT)
+    while at >= 0:
+        try:
+            value, end = decoder.raw_decode(stdout, at + len(_RESULT))
+        except json.JSONDecodeError:
+            end = at + len(_RESULT)
+        else:
+            results.append(value)
+        at = stdout.find(_RESULT, end)
+    return results
 
 
 def find_mpiexec():

@@ -52,4 +52,5 @@ def test_job_results_are_found_where_another_rank_s_line_runs_into_them():
               'rank 3: stage 1 of replica 1, equal to the other replica: TrueRESULT {"accuracy": 0.857, '
               '"step_ms": 31.8}\nrank 0: stage 0 of replica 0, equal: True\n\nRESULT {"k": 2, "busy": [0.1, 0.2]}\n')
     assert job_results(stdout) == [{"accuracy": 0.857, "step_ms": 31.8}, {"k": 2, "busy": [0.1, 0.2]}]
-    assert job_results("epoch 1: loss 2.25\n") == []
+    assert job_results('RESULT [{"bytes": 4096, "ratio": 0.74}]\n') == [[{"bytes": 4096, "ratio": 0.74}]]
+    assert job_results("epoch 1: loss 2.25\nRESULT not json\n") == []
