@@ -19,6 +19,7 @@ from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, shapes_differ, shown
+from fxkit.runtime.ops.norm_ops import channel_moments
 
 _NAME = "batch_norm_training_backward"
 
@@ -72,8 +73,8 @@ def batch_norm_training_backward(xp, grad_output, input, weight=None, eps=1e-5):
     x = input.reshape(n, c, math.prod(input.shape[2:]))
     g = grad_output.reshape(x.shape)
     count = x.size // c
-    centered = x - (x.sum(axis=0).sum(axis=-1) / count)[:, None]
-    invstd = 1.0 / xp.sqrt(xp.einsum("ncp,ncp->c", centered, centered) / count + eps)
+    _, centered, var = channel_moments(xp, x)
+    invstd = 1.0 / xp.sqrt(var + eps)
     grad_bias = g.sum(axis=0).sum(axis=-1)
     grad_weight = xp.einsum("ncp,ncp->c", g, centered) * invstd
     scale = invstd if weight is None else invstd * weight

@@ -115,11 +115,8 @@ def _batch_statistics(xp, x, acc):
     any other strided input keeps numpy's reductions rather than being copied."""
     c = x.shape[1]
     if x.flags.c_contiguous:
-        rows = x.reshape(x.shape[0], c, math.prod(x.shape[2:])).astype(acc, copy=False)
-        count = rows.shape[0] * rows.shape[2]
-        mean = rows.sum(axis=0).sum(axis=-1) / count
-        centered = rows - mean[:, None]
-        return mean, xp.einsum("ncp,ncp->c", centered, centered) / count
+        mean, _, var = channel_moments(xp, x.reshape(x.shape[0], c, math.prod(x.shape[2:])).astype(acc, copy=False))
+        return mean, var
     last = x.transpose((0,) + tuple(range(2, x.ndim)) + (1,))
     if last.flags.c_contiguous:
         rows = last.reshape(-1, c).astype(acc, copy=False)
@@ -128,6 +125,17 @@ def _batch_statistics(xp, x, acc):
         return mean, xp.einsum("mc,mc->c", centered, centered) / rows.shape[0]
     axes = (0,) + tuple(range(2, x.ndim))
     return x.mean(axis=axes, dtype=acc), x.var(axis=axes, dtype=acc)
+
+
+def channel_moments(xp, rows):
+    """``(mean, rows - mean, biased variance)`` per channel of ``rows`` (N, C, pixels), C-contiguous:
+    the batch summed first (numpy's reduction over axes 0 and 2 walks the small trailing axis one by
+    one), the variance one ``einsum`` over the centred rows (two passes, so no cancellation).
+    Training ``batch_norm`` and its gradient op both normalise with these."""
+    count = rows.shape[0] * rows.shape[2]
+    mean = rows.sum(axis=0).sum(axis=-1) / count
+    centered = rows - mean[:, None]
+    return mean, centered, xp.einsum("ncp,ncp->c", centered, centered) / count
 
 
 def _channel_affine(xp, x, scale, shift, shape):
