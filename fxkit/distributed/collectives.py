@@ -42,7 +42,7 @@ _MPI_OPS = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD", 
 
 
 # What MPI reduces as it is, in place (16-bit floats go through float32 and bool through bytes: `_reduction`).
-_MPI_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+MPI_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
                                               np.uint8, np.uint16, np.uint32, np.uint64))
 _ndarray = np.ndarray
 # The largest array `_fast_checked` remembers: past 64 KB the checks cost under 1% of the all-reduce.
@@ -108,7 +108,7 @@ def _fast_checked(group, data):
     ``.strides``); only arrays of up to `_REMEMBERED_BYTES` are held, so the
     reference keeps no large buffer alive.
     """
-    if type(data) is _ndarray and data.dtype in _MPI_NATIVE and data.flags.c_contiguous:
+    if type(data) is _ndarray and data.dtype in MPI_NATIVE and data.flags.c_contiguous:
         if data.nbytes <= _REMEMBERED_BYTES:
             group.fast_checked = data
         return True
