@@ -12,7 +12,10 @@ the gradients of earlier layers. Buckets start in index order on every rank
 backward filled them, so one rarely waits for another. MPI moves a
 non-blocking all-reduce on only inside MPI calls of this process, so between
 the autograd nodes the reducer tests the oldest all-reduce in flight (one
-test progresses them all). A callback queued on the autograd engine waits
+test progresses them all); a node that computes long, or waits off the cpu,
+makes no such call, so where the machine has a core to spare per rank the
+all-reduces run as blocking calls on a `CollectiveThread` instead, which
+MPI keeps moving throughout. A callback queued on the autograd engine waits
 for every all-reduce and copies the averages back into ``.grad`` before
 ``backward()`` returns.
 
@@ -20,6 +23,7 @@ for every all-reduce and copies the averages back into ``.grad`` before
 elsewhere: ``fxkit.transforms.grad`` graphs, compiled steps, pipeline stages.
 """
 import os
+import time
 
 import numpy as np
 
@@ -72,6 +76,11 @@ class Reducer:
         cap_bytes: bucket size.
         find_unused: parameters the forward did not reach count as ready at once.
         as_view: leave each ``.grad`` a view of its bucket (DDP's ``gradient_as_bucket_view``).
+
+    Attributes:
+        use_progress_thread: run the bucket all-reduces on a `CollectiveThread` (by default only when the
+            machine has more cores than ranks on it).
+        exposed_seconds: how long the last backward waited for its all-reduces after its last node.
     """
 
     def __init__(self, params, group, cap_bytes, find_unused, as_view=False):
@@ -86,6 +95,8 @@ class Reducer:
         self.buckets = self._build(range(len(self.params) - 1, -1, -1))
         self.rebuilt = False
         self.expecting = False
+        # How long the last backward waited for the all-reduces after its last node: the part not hidden.
+        self.exposed_seconds = 0.0
         self.thread = CollectiveThread(group)
         # NOTE: the thread spins in MPI while an all-reduce waits for a peer, so it needs a core the ranks'
         # compute does not use: with no spare core it slows a cpu-bound backward more than it hides (measured by
@@ -185,8 +196,10 @@ class Reducer:
             raise DistributedError(f"DistributedDataParallel: parameters {missing} got no gradient in this backward, "
                                    f"so their buckets can never be reduced and the ranks would disagree; pass "
                                    f"find_unused_parameters=True if the forward does not always use them")
+        tick = time.perf_counter()
         for w in self.works:
             w.wait()
+        self.exposed_seconds = time.perf_counter() - tick
         usage = None
         if self.used is not None:
             usage = Tensor(np.array(self.used, np.uint8))
