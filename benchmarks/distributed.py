@@ -5,15 +5,18 @@
 
 Figures:
 - all_reduce bandwidth on 2 ranks, fxkit's ``all_reduce`` of a float32 tensor (a non-blocking
-  ``Iallreduce`` polled with a deadline) against a bare mpi4py ``Allreduce`` of the same buffer:
-  bus bandwidth (2 (n-1)/n x bytes / time, NCCL's convention) and the ratio, per size; best of repeats.
-- overlap on 2 ranks: an MLP of 8 Linear(1024, 1024) layers (32 MB of float32 gradients) in buckets
-  of 4 MB (>= 4 buckets). Measured per step: T_bwd, backward alone; T_ar, averaging every gradient
-  after backward (``average_gradients``: each 4 MB weight reduced where it lies, the biases in one
-  bucket); T_ddp, DistributedDataParallel's backward, whose all-reduces start during backward. Hidden
-  share = (T_bwd + T_ar - T_ddp) / T_ar. With the progress thread (an MPI-calling thread during
-  backward) and without it (MPI moves on only between autograd nodes, in DDP's hooks and in its waits;
-  DDP's choice when there are no more cores than ranks on the machine).
+  ``Iallreduce`` polled with a deadline) against a bare mpi4py ``Allreduce`` of the same buffer, both in
+  place and SUM, both warmed: bus bandwidth (2 (n-1)/n x bytes / time, NCCL's convention) and the ratio,
+  per size; the median over interleaved rounds of back-to-back calls (`median_per_call`).
+- overlap on 2 ranks (median over interleaved rounds): an MLP of 8 Linear(1024, 1024) layers (32 MB of
+  float32 gradients) in buckets of 4 MB (>= 4 buckets). Measured per step: T_bwd, backward alone; T_ar,
+  averaging every gradient after backward (``average_gradients``: each 4 MB weight reduced where it lies,
+  the biases in one bucket); T_ddp, DistributedDataParallel's backward, whose all-reduces start during
+  backward. Hidden share = (T_bwd + T_ar - T_ddp) / T_ar. With the collective thread (each bucket one
+  blocking MPI_Allreduce on a thread of its own, GIL released) and without it (MPI moves on only between
+  autograd nodes, in DDP's hooks and in its waits; DDP's choice when there are no more cores than ranks
+  on the machine). Beside it, the share done by the end of backward: 1 - (DDP's wait after the last
+  node, ``reducer.exposed_seconds``) / T_ar, blind to a backward the all-reduces slowed down.
   The all-reduce's own cpu work (MPI copying and summing through shared memory on the ranks' cores,
   measured with its tests spaced by sleeps, and the division pass) cannot hide while backward keeps every
   core busy, nor can waiting for a rank whose backward ends later (backward + barrier, less backward):
@@ -48,24 +51,26 @@ from fxkit import nn  # noqa: E402
 WIDTH, LAYERS, BATCH = 1024, 8, 64
 
 
-def best(fn, repeats):
-    return best_of({"fn": fn}, repeats)["fn"]
-
-
-def best_of(fns, repeats):
-    """``{name: least seconds}`` over ``repeats`` rounds in which the functions take turns (so load from
-    other processes on a shared machine hits them alike), each call started together on every rank."""
-    least = dict.fromkeys(fns, float("inf"))
-    for _ in range(repeats):
-        for name, fn in fns.items():
+def median_per_call(fns, rounds, calls):
+    """``{name: median seconds per call}`` over ``rounds`` rounds; in each, every function runs ``calls``
+    times back to back, started together on every rank (a barrier), in an order that turns round each round
+    (neither is always the first after the barrier). The median, not the best: the best of many single
+    calls rewards whichever function had the luckiest sample on a shared machine."""
+    per_call = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in (names if r % 2 else names[::-1]):
+            fn = fns[name]
             dist.barrier()
             tick = time.perf_counter()
-            fn()
-            least[name] = min(least[name], time.perf_counter() - tick)
-    return least
+            for _ in range(calls):
+                fn()
+            per_call[name].append((time.perf_counter() - tick) / calls)
+    return {name: float(np.median(t)) for name, t in per_call.items()}
 
 
 def bandwidth(args):
+    """fxkit's ``all_reduce`` against mpi4py's ``Allreduce`` on the same buffer, both in place, both SUM."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD.Dup()
@@ -74,15 +79,18 @@ def bandwidth(args):
                                                                        2 ** 24]
     rows = []
     for size in sizes:
-        t = fxkit.ones(size)
-        raw = np.ones(size, np.float32)
-        repeats = max(3, min(200, 2 ** 22 // size)) // (3 if args.quick else 1) + 2
-        times = best_of({"ours": lambda: dist.all_reduce(t),
-                         "bare": lambda: comm.Allreduce(MPI.IN_PLACE, raw, MPI.SUM)}, repeats)
+        t = fxkit.zeros(size)  # NOTE: zeros stay zeros: no value grows into infinities over the repeats
+        raw = t.numpy()
+        fns = {"ours": lambda: dist.all_reduce(t), "bare": lambda: comm.Allreduce(MPI.IN_PLACE, raw, MPI.SUM)}
+        calls = max(1, 2 ** 16 // size)  # about 0.3 ms a sample for small sizes
+        for fn in fns.values():
+            for _ in range(calls + 2):  # warm-up
+                fn()
+        times = median_per_call(fns, 11 if args.quick else 41, calls)
         ours, bare = times["ours"], times["bare"]
         bus = 2 * (n - 1) / n * size * 4
         rows.append({"bytes": size * 4, "fxkit_GBps": bus / ours / 1e9, "mpi4py_GBps": bus / bare / 1e9,
-                     "ratio": bare / ours})
+                     "ratio": bare / ours, "fxkit_us": 1e6 * ours, "mpi4py_us": 1e6 * bare})
     return rows
 
 
@@ -117,7 +125,7 @@ def overlap(args):
         wrappers[name] = dist.DistributedDataParallel(replica(), bucket_cap_mb=4, gradient_as_bucket_view=views)
         wrappers[name].reducer.use_progress_thread = thread
     x = fxkit.randn(BATCH, WIDTH)
-    repeats = 5 if args.quick else 15
+    repeats = 5 if args.quick else 21
 
     def backward_alone(net=model, set_to_none=True):
         net.zero_grad(set_to_none=set_to_none)
@@ -128,6 +136,8 @@ def overlap(args):
         backward_alone()
         dist.average_gradients([p.grad for p in model.parameters()], cap_bytes=4 * 2 ** 20)
 
+    exposed = {name: [] for name in wrappers}
+
     def ddp_step(name):
         wrapper = wrappers[name]
         # NOTE: with bucket views the gradients are zeroed in place, so they stay views: no copies
@@ -137,6 +147,7 @@ def overlap(args):
             wrapper.module.zero_grad(set_to_none=set_to_none)
             y = wrapper(x)
             (y * y).mean().backward()
+            exposed[name].append(wrapper.reducer.exposed_seconds)
 
         return step
 
@@ -152,8 +163,9 @@ def overlap(args):
                 "bwd_barrier": backward_then_barrier, "after": after, **{name: ddp_step(name) for name in wrappers}}
     for fn in variants.values():
         fn()  # warm-up
-    times = best_of(variants, repeats)
+    times = median_per_call(variants, repeats, 1)
     ms = {name: 1e3 * (t - times["fwd"]) for name, t in times.items()}
+    exposed_ms = {name: 1e3 * float(np.median(e[-repeats:])) for name, e in exposed.items()}
     t_ar = ms["after"] - ms["bwd"]
     grads = [p.grad for p in model.parameters()]
     mpi_cpu = 1e3 * mpi_cpu_seconds(grads, repeats)
@@ -168,6 +180,11 @@ def overlap(args):
         dropped, or zeroed in place as bucket views need) followed by the all-reduce."""
         return (ms[baseline] + t_ar - ms[name]) / t_ar if t_ar > 0 else float("nan")
 
+    def hidden_at_end(name):
+        """The share of the all-reduce time that backward did not wait for after its last node (blind to a
+        backward the all-reduces slowed down, which `hidden` counts)."""
+        return 1 - exposed_ms[name] / t_ar if t_ar > 0 else float("nan")
+
     return {"buckets": wrappers["ddp"].reducer.bucket_count, "backward_ms": ms["bwd"],
             "backward_kept_ms": ms["bwd_kept"], "allreduce_ms": t_ar, "after_ms": ms["after"],
             "mpi_cpu_ms": mpi_cpu, "scale_cpu_ms": scale_cpu, "skew_ms": skew,
@@ -175,7 +192,9 @@ def overlap(args):
             "ddp_ms": ms["ddp"], "hidden": hidden("ddp", "bwd"), "hooks_ms": ms["hooks"],
             "hidden_hooks": hidden("hooks", "bwd"), "views_ms": ms["views"],
             "hidden_views": hidden("views", "bwd_kept"),
-            "views_thread_ms": ms["views_thread"], "hidden_views_thread": hidden("views_thread", "bwd_kept")}
+            "views_thread_ms": ms["views_thread"], "hidden_views_thread": hidden("views_thread", "bwd_kept"),
+            **{f"exposed_{name}_ms": e for name, e in exposed_ms.items()},
+            **{f"hidden_at_end_{name}": hidden_at_end(name) for name in wrappers}}
 
 
 def scale_cpu_seconds(grads, repeats):
@@ -243,7 +262,7 @@ def steps(args):
 
     step()
     count = 10 if args.quick else 40
-    return {"ranks": n, "step_ms": 1e3 * best(step, count)}
+    return {"ranks": n, "step_ms": 1e3 * median_per_call({"step": step}, count, 1)["step"]}
 
 
 def worker(args):
@@ -292,12 +311,15 @@ def main():
                   f"division by the world size {o['scale_cpu_ms']:.1f} ms and waiting for the slower rank's backward "
                   f"{o['skew_ms']:.1f} ms: at most {o['hideable_on_busy_cores']:.0%} of the all-reduce can hide while "
                   f"backward keeps every core busy")
-        print(f"  DDP backward (MPI progressed between autograd nodes, in hooks and waits) {o['hooks_ms']:.1f} ms: "
-              f"{o['hidden_hooks']:.0%} of the all-reduce time hidden behind backward")
-        print(f"  the same with a progress thread {o['ddp_ms']:.1f} ms: {o['hidden']:.0%} hidden")
-        print(f"  with gradient_as_bucket_view=True, gradients zeroed in place (against a backward zeroing them in "
-              f"place too, {o['backward_kept_ms']:.1f} ms) {o['views_ms']:.1f} ms: {o['hidden_views']:.0%} hidden; "
-              f"with the progress thread too {o['views_thread_ms']:.1f} ms: {o['hidden_views_thread']:.0%} hidden")
+        for name, label in (("hooks", "DDP backward, MPI moved on between autograd nodes, in hooks and waits"),
+                            ("ddp", "the same with the collective thread (blocking all-reduces, GIL released)"),
+                            ("views", "gradient_as_bucket_view=True, gradients zeroed in place"),
+                            ("views_thread", "gradient_as_bucket_view=True with the collective thread")):
+            key = {"ddp": "hidden"}.get(name, f"hidden_{name}")
+            print(f"  {label}: {o[name + '_ms']:.1f} ms, {o[key]:.0%} of the all-reduce hidden; waited "
+                  f"{o['exposed_' + name + '_ms']:.1f} ms after the last node ({o['hidden_at_end_' + name]:.0%} "
+                  f"of it done when backward's last node ended)")
+        print(f"  (bucket-view variants against a backward zeroing gradients in place, {o['backward_kept_ms']:.1f} ms)")
     print(f"\ndigits Net step time, global batch {BATCH}")
     base = None
     for n in (1, 2, 4):

@@ -20,10 +20,10 @@ Example (on every rank):
 """
 import numpy as np
 
-from fxkit.distributed.process_group import check_usable, resolve
-from fxkit.distributed.work import Work, mpi_failure, quick_test
+from fxkit.distributed.process_group import STATE, check_usable, default_group, resolve
+from fxkit.distributed.work import QUICK_TESTS, Work, mpi_failure
 from fxkit.errors import DistributedError
-from fxkit.runtime.autograd.autograd_meta import bump_version
+from fxkit.runtime.autograd.autograd_meta import WRITES, bump_version
 
 
 class ReduceOp:
@@ -42,46 +42,77 @@ _MPI_OPS = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD", 
 
 
 # What MPI reduces as it is, in place (16-bit floats go through float32 and bool through bytes: `_reduction`).
-_MPI_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+MPI_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
                                               np.uint8, np.uint16, np.uint32, np.uint64))
+_ndarray = np.ndarray
+# The largest array `_fast_checked` remembers: past 64 KB the checks cost under 1% of the all-reduce.
+_REMEMBERED_BYTES = 2 ** 16
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
-    """Combine ``tensor`` over every rank of ``group``, in place, on every rank."""
-    group = resolve(group)
+    """Combine ``tensor`` over every rank of ``group``, in place, on every rank.
+
+    A synchronous call on a contiguous cpu tensor that MPI reduces as it is
+    takes a lean path of its own: a 4 KB all_reduce takes MPI about 3.5 us on
+    two ranks, and every 0.1 us of Python around it costs 3% of its bandwidth
+    (the ranks wait on each other, so each one's Python adds up). It uses the
+    MPI objects the group cached (``IN_PLACE``, the ops), writes out the calls
+    it would make (`resolve`, `check_usable`, `bump_version`), checks an array
+    it checked in the previous call again only by identity (`_fast_checked`),
+    tests the request back to back `QUICK_TESTS` times (a small reduction ends
+    within them, as fast as a blocking ``MPI_Allreduce``), and only then makes
+    a `Work` to wait with the group's deadline.
+    """
+    if group is None:
+        group = STATE["default"] or default_group()
     comm = group.comm
     if comm is None:  # not a member
         return None
     data = tensor._data
-    if not async_op and type(data) is np.ndarray and data.flags.c_contiguous and data.dtype in _MPI_NATIVE:
+    if not async_op and (data is group.fast_checked or _fast_checked(group, data)):
         mpi_op = group.direct_ops.get(op)  # NOTE: None for AVG (a division follows) and for an unknown op
         if mpi_op is not None:
-            _all_reduce_now(group, comm, data, mpi_op, op)
-            bump_version(tensor)
+            if STATE["broken"]:
+                check_usable()
+            group.seq += 1
+            request = comm.Iallreduce(group.in_place, data, mpi_op)
+            left = QUICK_TESTS
+            try:
+                # NOTE: `while not request.Test()` spins faster than a for loop over a range (measured).
+                while not request.Test():
+                    left -= 1
+                    if not left:
+                        Work(group, request, f"all_reduce({op}) #{group.seq}", None, (data,)).wait()
+                        break
+            except group.MPI.Exception as exc:
+                raise mpi_failure(group, f"all_reduce({op}) #{group.seq}", exc) from None
+            WRITES[0] += 1  # NOTE: `bump_version` written out
+            meta = tensor._grad
+            if meta is not None:
+                meta.version[0] += 1
             return None
     what = group.next_seq(f"all_reduce({op})")
     host, write_back = _staged(tensor, "all_reduce")
     work, mpi_op, finish = _reduction(host, op, group, "all_reduce")
-    request = comm.Iallreduce(group.MPI.IN_PLACE, work.reshape(-1), mpi_op)
+    request = comm.Iallreduce(group.in_place, work.reshape(-1), mpi_op)
     return _issue(group, request, what, async_op, (finish, write_back), (host, work), tensor)
 
 
-def _all_reduce_now(group, comm, data, mpi_op, op):
-    """A synchronous all_reduce of a contiguous host array MPI reduces as it is, with no staging.
+def _fast_checked(group, data):
+    """Whether MPI can reduce ``data`` as it lies: a C-contiguous numpy array of a type MPI sums natively.
 
-    Why a path of its own: a small all_reduce takes MPI a few microseconds, and
-    the general path's bookkeeping (staging, finish steps, a `Work`) would
-    double that; a `Work` is made only when the quick tests did not see it end.
+    A small array that passes is remembered on the group (``fast_checked``),
+    so reducing it again costs an identity test instead of these checks, which
+    take a tenth of a 4 KB all_reduce. NOTE: an array's dtype and layout
+    never change under the same object (fxkit never assigns ``.dtype`` or
+    ``.strides``); only arrays of up to `_REMEMBERED_BYTES` are held, so the
+    reference keeps no large buffer alive.
     """
-    check_usable()
-    group.seq += 1
-    request = comm.Iallreduce(group.MPI.IN_PLACE, data, mpi_op)
-    try:
-        if quick_test(request):
-            return
-    except group.MPI.Exception as exc:
-        raise mpi_failure(group, f"all_reduce({op}) #{group.seq}", exc) from None
-    Work(group, request, f"all_reduce({op}) #{group.seq}", None, (data,)).wait()
+    if type(data) is _ndarray and data.dtype in MPI_NATIVE and data.flags.c_contiguous:
+        if data.nbytes <= _REMEMBERED_BYTES:
+            group.fast_checked = data
+        return True
+    return False
 
 
 def broadcast(tensor, src, group=None, async_op=False):

@@ -26,7 +26,8 @@ from fxkit.distributed.transport import import_mpi, poll
 from fxkit.errors import DistributedError
 
 QUERY, ANSWER, VERDICT = 21, 22, 23
-_STATE = {"default": None, "broken": False, "exit_hook": False}
+# The default group, and whether a lost peer left MPI unusable (read by the collectives' fast path).
+STATE = {"default": None, "broken": False, "exit_hook": False}
 
 
 class ProcessGroup:
@@ -45,8 +46,11 @@ class ProcessGroup:
         self.side = comm.Dup() if comm is not None else None
         self.seq = 0
         self.waiting_on = None
-        # The ops MPI applies as they are, by `ReduceOp` name (AVG is a SUM then a division).
+        # The ops MPI applies as they are, by `ReduceOp` name (AVG is a SUM then a division), and MPI's
+        # IN_PLACE: looked up once here, not in every small all_reduce.
         MPI = self.MPI
+        self.in_place = MPI.IN_PLACE
+        self.fast_checked = None  # the last small array all_reduce found MPI can reduce as it lies
         self.direct_ops = {"sum": MPI.SUM, "product": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
         self._replies = []
 
@@ -89,7 +93,7 @@ class ProcessGroup:
             self._replies.append((self.side.Isend([reply, MPI.BYTE], dest=source, tag=ANSWER), reply))
         if self.side.Iprobe(source=MPI.ANY_SOURCE, tag=VERDICT, status=status):
             text = _recv_text(self.side, MPI, status.Get_source(), VERDICT, status.Get_count(MPI.BYTE))
-            _STATE["broken"] = True
+            STATE["broken"] = True
             raise DistributedError(text)
 
     def roll_call(self, what):
@@ -109,7 +113,7 @@ class ProcessGroup:
             return len(answers) == len(others)
 
         poll(collect, roll_call_seconds(self.timeout), self.answer_roll_calls)
-        _STATE["broken"] = True
+        STATE["broken"] = True
         missing = [self.ranks[r] for r in others if r not in answers]
         elsewhere = {self.ranks[r]: a["waits"] for r, a in answers.items() if a["waits"] != what}
         where = f"rank {self.ranks[me]}: {what} did not complete within {self.timeout:g} s"
@@ -142,14 +146,14 @@ def _recv_text(comm, MPI, source, tag, count):
 
 
 def check_usable():
-    if _STATE["broken"]:
+    if STATE["broken"]:
         raise DistributedError("the process group is unusable after an earlier collective failed (a peer was "
                                "lost); end the job (see the first error above)")
 
 
 def _abort_if_broken():
     # NOTE: registered after mpi4py's own exit hook, so it runs first: MPI_Finalize would wait on a lost rank.
-    if _STATE["broken"]:
+    if STATE["broken"]:
         import_mpi(DistributedError).COMM_WORLD.Abort(1)
 
 
@@ -185,7 +189,7 @@ def init_process_group(backend="mpi", init_method=None, timeout=300.0, world_siz
     if init_method not in (None, "env://"):
         raise DistributedError(f"init_process_group: init_method={init_method!r}: MPI's launcher connects the "
                                f"ranks; leave init_method out")
-    if _STATE["default"] is not None:
+    if STATE["default"] is not None:
         raise DistributedError("init_process_group: the default process group is already initialized; call "
                                "destroy_process_group() first to make a new one")
     seconds = _seconds(timeout)
@@ -198,15 +202,15 @@ def init_process_group(backend="mpi", init_method=None, timeout=300.0, world_siz
     if rank not in (-1, None) and rank != me:
         raise DistributedError(f"init_process_group: rank={rank} but MPI gave this process rank {me}; leave "
                                f"rank out (the launcher assigns it)")
-    _STATE["default"] = ProcessGroup(world.Dup(), range(size), seconds)
-    _STATE["broken"] = False
-    if not _STATE["exit_hook"]:
+    STATE["default"] = ProcessGroup(world.Dup(), range(size), seconds)
+    STATE["broken"] = False
+    if not STATE["exit_hook"]:
         atexit.register(_abort_if_broken)
-        _STATE["exit_hook"] = True
+        STATE["exit_hook"] = True
 
 
 def is_initialized():
-    return _STATE["default"] is not None
+    return STATE["default"] is not None
 
 
 def is_available():
@@ -219,7 +223,7 @@ def is_available():
 
 
 def default_group():
-    group = _STATE["default"]
+    group = STATE["default"]
     if group is None:
         raise DistributedError("the default process group is not initialized; call "
                                "fxkit.distributed.init_process_group(\"mpi\") first (and start the script with "
@@ -228,7 +232,9 @@ def default_group():
 
 
 def resolve(group):
-    return default_group() if group is None else group
+    if group is not None:
+        return group
+    return STATE["default"] or default_group()
 
 
 def new_group(ranks=None, timeout=None):
@@ -267,5 +273,5 @@ def destroy_process_group(group=None):
             comm.Free()
     target.comm = target.side = None
     if group is None:
-        _STATE["default"] = None
+        STATE["default"] = None
 

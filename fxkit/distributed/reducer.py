@@ -12,7 +12,10 @@ the gradients of earlier layers. Buckets start in index order on every rank
 backward filled them, so one rarely waits for another. MPI moves a
 non-blocking all-reduce on only inside MPI calls of this process, so between
 the autograd nodes the reducer tests the oldest all-reduce in flight (one
-test progresses them all). A callback queued on the autograd engine waits
+test progresses them all); a node that computes long, or waits off the cpu,
+makes no such call, so where the machine has a core to spare per rank the
+all-reduces run as blocking calls on a `CollectiveThread` instead, which
+MPI keeps moving throughout. A callback queued on the autograd engine waits
 for every all-reduce and copies the averages back into ``.grad`` before
 ``backward()`` returns.
 
@@ -20,13 +23,15 @@ for every all-reduce and copies the averages back into ``.grad`` before
 elsewhere: ``fxkit.transforms.grad`` graphs, compiled steps, pipeline stages.
 """
 import os
+import time
 
 import numpy as np
 
 from fxkit.distributed.buckets import Buckets, host
-from fxkit.distributed.collectives import ReduceOp, all_reduce, broadcast
-from fxkit.distributed.work import Progress
+from fxkit.distributed.collective_thread import CollectiveThread
+from fxkit.distributed.collectives import MPI_NATIVE, ReduceOp, all_reduce, broadcast
 from fxkit.errors import DistributedError
+from fxkit.runtime.autograd.autograd_meta import bump_version
 from fxkit.runtime.autograd.engine import call_between_nodes, queue_callback
 from fxkit.runtime.tensor import Tensor
 
@@ -71,6 +76,11 @@ class Reducer:
         cap_bytes: bucket size.
         find_unused: parameters the forward did not reach count as ready at once.
         as_view: leave each ``.grad`` a view of its bucket (DDP's ``gradient_as_bucket_view``).
+
+    Attributes:
+        use_progress_thread: run the bucket all-reduces on a `CollectiveThread` (by default only when the
+            machine has more cores than ranks on it).
+        exposed_seconds: how long the last backward waited for its all-reduces after its last node.
     """
 
     def __init__(self, params, group, cap_bytes, find_unused, as_view=False):
@@ -85,10 +95,13 @@ class Reducer:
         self.buckets = self._build(range(len(self.params) - 1, -1, -1))
         self.rebuilt = False
         self.expecting = False
-        self.progress = Progress(group)
-        # NOTE: a progress thread needs a core the ranks' compute does not use: with no spare core it slows the
-        # backward more than it hides (measured by benchmarks/distributed.py); without it MPI moves the
-        # all-reduces on only between autograd nodes, in the hooks and in the waits.
+        # How long the last backward waited for the all-reduces after its last node: the part not hidden.
+        self.exposed_seconds = 0.0
+        self.thread = CollectiveThread(group)
+        # NOTE: the thread spins in MPI while an all-reduce waits for a peer, so it needs a core the ranks'
+        # compute does not use: with no spare core it slows a cpu-bound backward more than it hides (measured by
+        # benchmarks/distributed.py); without it MPI moves the all-reduces on only between autograd nodes, in
+        # the hooks and in the waits.
         self.use_progress_thread = (os.cpu_count() or 1) > _ranks_on_this_machine(group)
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
 
@@ -162,10 +175,18 @@ class Reducer:
         while self.next_bucket < len(self.pending) and not self.pending[self.next_bucket]:
             k = self.next_bucket
             reduced = self.in_place[k] if self.in_place[k] is not None else self.buckets.tensor(k)
-            self.works[k] = all_reduce(reduced, ReduceOp.SUM, self.group, async_op=True)
+            self.works[k] = self._start_all_reduce(reduced)
             self.next_bucket += 1
-            if self.use_progress_thread:
-                self.progress.start()
+
+    def _start_all_reduce(self, reduced):
+        """Start summing a bucket over the ranks: on the collective thread when it is on and MPI sums the
+        bucket's dtype as it is, else as a non-blocking all_reduce the hooks and waits move on."""
+        if self.use_progress_thread and reduced._data.dtype in MPI_NATIVE:
+            group = self.group
+            bump_version(reduced)
+            return self.thread.all_reduce(reduced._data, group.direct_ops[ReduceOp.SUM],
+                                          group.next_seq(f"all_reduce({ReduceOp.SUM}) of a bucket"))
+        return all_reduce(reduced, ReduceOp.SUM, self.group, async_op=True)
 
     def finish(self):
         """After the backward: wait for every bucket, write the averages into ``.grad``."""
@@ -175,11 +196,10 @@ class Reducer:
             raise DistributedError(f"DistributedDataParallel: parameters {missing} got no gradient in this backward, "
                                    f"so their buckets can never be reduced and the ranks would disagree; pass "
                                    f"find_unused_parameters=True if the forward does not always use them")
-        try:
-            for w in self.works:
-                w.wait()
-        finally:
-            self.progress.stop()
+        tick = time.perf_counter()
+        for w in self.works:
+            w.wait()
+        self.exposed_seconds = time.perf_counter() - tick
         usage = None
         if self.used is not None:
             usage = Tensor(np.array(self.used, np.uint8))

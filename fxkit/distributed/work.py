@@ -8,10 +8,6 @@ the group's deadline (`fxkit.distributed.transport.poll`), answering roll
 calls between polls; past the deadline it runs the roll call that names the
 lost rank (`ProcessGroup.roll_call`).
 """
-import atexit
-import threading
-import weakref
-
 from fxkit.distributed.transport import poll
 from fxkit.errors import DistributedError
 
@@ -109,51 +105,3 @@ def quick_test(request):
 def mpi_failure(group, what, exc):
     return DistributedError(f"rank {group.world_rank()}: {what} failed in MPI: {exc.Get_error_string()}; a peer "
                             f"probably died")
-
-
-class Progress:
-    """A thread that enters MPI every ``interval`` seconds while started, so collectives move on meanwhile.
-
-    MPI advances a non-blocking collective only inside MPI calls of this
-    process; while backward computes (numpy releases the GIL in its kernels),
-    this thread's ``Iprobe`` calls keep the bucket all-reduces going, which is
-    what lets them hide behind the backward. It probes a communicator of its
-    own (MPI allows calls from several threads; mpi4py asks for
-    ``MPI_THREAD_MULTIPLE``), never the requests the main thread tests.
-    """
-
-    def __init__(self, group, interval=1e-4):
-        self.MPI = group.MPI
-        self.comm = group.comm.Dup()  # NOTE: collective: every member builds its Progress at the same point
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = None
-
-    def start(self):
-        if self._thread is None and self.MPI.Query_thread() == self.MPI.THREAD_MULTIPLE:
-            _RUNNING.add(self)
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="fxkit-mpi-progress", daemon=True)
-            self._thread.start()
-
-    def stop(self):
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-        _RUNNING.discard(self)
-
-    def _run(self):
-        while not self._stop.wait(self.interval):
-            self.comm.Iprobe(source=self.MPI.ANY_SOURCE, tag=0)
-
-
-_RUNNING = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_progress_threads():
-    # NOTE: registered after mpi4py's exit hook, so it runs first: no thread may call MPI during MPI_Finalize
-    # (a backward that raised leaves its progress thread running).
-    for progress in list(_RUNNING):
-        progress.stop()

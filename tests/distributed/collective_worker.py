@@ -65,6 +65,25 @@ def finish(work, async_op):
         assert work is None
 
 
+def check_fast_path(rank, n):
+    """The synchronous all_reduce remembers the last small array it found MPI can reduce as it lies: the same
+    tensor reduced again, then arrays it must not take for it (another layout on odd ranks, 16-bit floats)."""
+    starts = [np.arange(6, dtype=np.float32) + r for r in range(n)]
+    t = fxkit.from_numpy(starts[rank].copy())
+    for k in range(3):
+        dist.all_reduce(t)
+        check(t.numpy(), (sum(starts) * n ** k).astype(np.float32), f"all_reduce of the same tensor, call {k + 1}")
+    grids = [np.arange(12, dtype=np.float64).reshape(3, 4) * (r + 1) for r in range(n)]
+    mine = np.asfortranarray(grids[rank]) if rank % 2 else grids[rank].copy()
+    t = fxkit.from_numpy(mine)
+    dist.all_reduce(t)
+    check(t.numpy(), sum(grids), "all_reduce of a Fortran-ordered tensor on odd ranks, C-ordered on even ones")
+    halves = [np.full(4, r + 1, np.float16) for r in range(n)]
+    t = fxkit.from_numpy(halves[rank].copy())
+    dist.all_reduce(t)
+    check(t.numpy(), reduce_all(halves, dist.ReduceOp.SUM), "all_reduce of float16 after a remembered array")
+
+
 def main():
     dist.init_process_group("mpi", timeout=60)
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -109,6 +128,7 @@ def main():
         finish(dist.scatter(out, pieces, src=root, async_op=async_op), async_op)
         check(out.numpy(), parts[root][rank], f"scatter {label}")
         cases += 1
+    check_fast_path(rank, n)
     # A sub-group of the even ranks reduces among them only.
     evens = dist.new_group([r for r in range(n) if r % 2 == 0])
     t = fxkit.ones(2) * (rank + 1)

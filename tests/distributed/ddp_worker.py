@@ -94,6 +94,8 @@ def main():
     parser.add_argument("--fail-mode", default="hang", choices=("hang", "kill"))
     parser.add_argument("--bucket-view", action="store_true",
                         help="gradient_as_bucket_view, gradients zeroed in place (they stay bucket views)")
+    parser.add_argument("--thread", action="store_true",
+                        help="bucket all-reduces on the collective thread (on by default only with a spare core)")
     args = parser.parse_args()
     dtype = np.dtype(args.dtype).type
     dist.init_process_group("mpi", timeout=args.timeout)
@@ -109,6 +111,7 @@ def main():
     model = DistributedDataParallel(local, bucket_cap_mb=75 * np.dtype(dtype).itemsize / 2 ** 20,
                                     find_unused_parameters=args.mode == "unused",
                                     gradient_as_bucket_view=args.bucket_view)
+    model.reducer.use_progress_thread = args.thread
     reference = build(dtype, unused)
     opt, ref_opt = optimizer(model.parameters(), dtype), optimizer(reference.parameters(), dtype)
     step_fn = None

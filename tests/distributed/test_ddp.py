@@ -35,6 +35,18 @@ def test_ddp_with_gradients_as_bucket_views_equals_one_process(mode, dtype):
     check_every_rank(result, 2, f"{mode} {dtype} 20 steps on 2 ranks")
 
 
+@needs_mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("n,mode,dtype,view", [(2, "plain", "float64", False), (3, "no_sync", "float32", False),
+                                               (2, "plain", "float32", True)])
+def test_ddp_with_the_collective_thread_equals_one_process(n, mode, dtype, view):
+    """Bucket all-reduces run as blocking MPI calls on the reducer's collective thread (its default only with
+    a spare core per rank): the same gradients."""
+    result, _ = mpirun(n, WORKER, "--mode", mode, "--dtype", dtype, "--thread", *(["--bucket-view"] if view else []))
+    assert result.returncode == 0, output(result)
+    check_every_rank(result, n, f"{mode} {dtype} 20 steps on {n} ranks")
+
+
 def check_every_rank(result, n, what):
     for rank in range(n):
         found = re.search(rf"rank {rank}: {what}, (\d+) buckets, equals one process", result.stdout)
@@ -44,8 +56,11 @@ def check_every_rank(result, n, what):
 
 @needs_mpi
 @pytest.mark.slow
-def test_a_rank_hanging_in_backward_is_named_by_every_other_rank():
-    result, seconds = mpirun(3, WORKER, "--timeout", "5", "--fail-rank", "1", "--fail-mode", "hang")
+@pytest.mark.parametrize("thread", [False, True])
+def test_a_rank_hanging_in_backward_is_named_by_every_other_rank(thread):
+    """With the collective thread too: its peers' threads stay inside MPI_Allreduce, their waits still end."""
+    result, seconds = mpirun(3, WORKER, "--timeout", "5", "--fail-rank", "1", "--fail-mode", "hang",
+                             *(["--thread"] if thread else []))
     assert result.returncode != 0
     assert "rank 1: injected fault (hang) in backward of step 3" in result.stdout
     named = "did not complete within 5 s: rank 1 never joined it and does not answer: it died, hangs"
