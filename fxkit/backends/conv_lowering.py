@@ -223,13 +223,23 @@ class ChannelMajorConv(_ConvCall):
         s_n, s_c, s_h, s_w = x.strides
         windows = np.lib.stride_tricks.as_strided(x, (c, kh, kw, n, oh, ow),
                                                   (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))
-        columns = take(self._columns, (c * kh * kw, n * oh * ow), x.dtype)
-        np.copyto(columns.reshape(c, kh, kw, n, oh, ow), windows)
+        # NOTE: a 1x1 stride-1 conv of channel-major memory (or NCHW at batch 1) reads it as its columns.
+        columns = windows.reshape(c, n * oh * ow) if (kh, kw) == (1, 1) and _dense(windows) else None
+        if columns is None:
+            columns = take(self._columns, (c * kh * kw, n * oh * ow), x.dtype)
+            np.copyto(columns.reshape(c, kh, kw, n, oh, ow), windows)
         out = self._output()
         np.matmul(weight.reshape(oc, c * kh * kw), columns, out=out)
         if bias is not None:
             out += bias.reshape(oc, 1)
         return out.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3)
+
+
+def _dense(windows):
+    """Whether a ``(C, 1, 1, N, OH, OW)`` window view is C-contiguous memory (reshaping it copies nothing):
+    ResNet-50's 1x1 convs over 14x14 maps copied their whole input (0.67 against numpy's 0.46 ms at
+    1024 channels, batch 1, where numpy's conv multiplies the NCHW input as it lies)."""
+    return windows[:, 0, 0].flags.c_contiguous
 
 
 class DepthwiseConv(_ChannelsLast):

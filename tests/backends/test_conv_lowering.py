@@ -35,6 +35,7 @@ CONVS = [
     ((4, 8, 3, 1, 1, 1, 2), (2, 4, 6, 6), "numpy conv2d"),  # grouped, not depthwise
     ((16, 64, 3, 1, 1), (1, 16, 5, 5), "im2col, channel-major"),  # fewer pixels than channels
     ((16, 64, 1), (2, 16, 4, 3), "im2col, channel-major"),
+    ((16, 64, 1), (1, 16, 4, 3), "im2col, channel-major"),  # the NCHW input is the column matrix
     ((16, 64, 3, 2, 2, 2, 1, False), (2, 16, 9, 8), "im2col, channel-major"),
 ]
 
@@ -71,6 +72,23 @@ def test_chains_across_layouts_match_eager(rng):
                        "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
     for inputs in (x, randn(rng, 2, 4, 11, 11)):
         np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_1x1_channel_major_conv_reads_channel_major_memory_as_its_columns(rng):
+    torch = pytest.importorskip("torch")
+    model = nn.Sequential(nn.Conv2d(8, 64, 3, 1, 1), nn.ReLU(), nn.Conv2d(64, 96, 1)).eval()
+    x = randn(rng, 2, 8, 5, 4)
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+    calls = [v for v in compiled._last.lowered.fn.__globals__.values()
+             if isinstance(v, conv_lowering.ChannelMajorConv)]
+    assert sorted(c.__name__ for c in calls) == ["conv2d_1_channel_major", "conv2d_channel_major"]
+    reference = torch.nn.Sequential(torch.nn.Conv2d(8, 64, 3, 1, 1), torch.nn.ReLU(), torch.nn.Conv2d(64, 96, 1))
+    reference.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    for inputs in (x, randn(rng, 2, 8, 5, 4)):
+        expected = reference(torch.from_numpy(inputs.numpy())).detach().numpy()
+        np.testing.assert_allclose(compiled(inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+    one_by_one = next(c for c in calls if c.__name__ == "conv2d_1_channel_major")
+    assert one_by_one._columns == []  # no column buffer: the product read the 3x3 conv's memory
 
 
 def test_results_kept_across_calls_are_never_overwritten(rng):
