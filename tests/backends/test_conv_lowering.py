@@ -1,5 +1,7 @@
 """The numba backend's convolution rules and cost model: each rule's choice, its values against
 eager and PyTorch, the conv's elementwise tail written in place, buffers reused across calls."""
+from unittest import mock
+
 import numpy as np
 import pytest
 
@@ -84,11 +86,14 @@ def test_a_1x1_channel_major_conv_reads_channel_major_memory_as_its_columns(rng)
     assert sorted(c.__name__ for c in calls) == ["conv2d_1_channel_major", "conv2d_channel_major"]
     reference = torch.nn.Sequential(torch.nn.Conv2d(8, 64, 3, 1, 1), torch.nn.ReLU(), torch.nn.Conv2d(64, 96, 1))
     reference.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
-    for inputs in (x, randn(rng, 2, 8, 5, 4)):
-        expected = reference(torch.from_numpy(inputs.numpy())).detach().numpy()
-        np.testing.assert_allclose(compiled(inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
-    one_by_one = next(c for c in calls if c.__name__ == "conv2d_1_channel_major")
-    assert one_by_one._columns == []  # no column buffer: the product read the 3x3 conv's memory
+    requested = []
+    scratch = conv_lowering.scratch
+    with mock.patch.object(conv_lowering, "scratch", lambda shape, dtype: requested.append(shape) or
+                           scratch(shape, dtype)):
+        for inputs in (x, randn(rng, 2, 8, 5, 4)):
+            expected = reference(torch.from_numpy(inputs.numpy())).detach().numpy()
+            np.testing.assert_allclose(compiled(inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert requested == [(8 * 9, 2 * 5 * 4)] * 2  # the 3x3's columns; the 1x1 read the 3x3's memory
 
 
 def test_results_kept_across_calls_are_never_overwritten(rng):
@@ -223,3 +228,16 @@ def test_estimates_grow_with_size_and_count_composite_ops_as_several_passes():
     # sigmoid is not one ufunc: COMPOSITE_PASSES calls, plus one for the multiply.
     assert numpy_small == pytest.approx((cost_model.COMPOSITE_PASSES + 1) * (cost_model.NUMPY_CALL_US + 0.003))
 
+
+
+def test_shared_columns_never_hand_out_a_buffer_still_referred_to():
+    with mock.patch.object(conv_lowering, "_SCRATCH", []):
+        held = [conv_lowering.scratch((64, 9), np.float32) for _ in range(3)]  # three calls at once (threads)
+        for i in range(3):
+            held[i].fill(i)
+        later = conv_lowering.scratch((32, 9), np.float32)
+        assert not any(np.shares_memory(later, columns) for columns in held)
+        later.fill(7)
+        assert [float(columns.max()) for columns in held] == [0.0, 1.0, 2.0]
+        address = held.pop().__array_interface__["data"][0]  # released: nothing refers to its buffer now
+        assert conv_lowering.scratch((64, 9), np.float32).__array_interface__["data"][0] == address
