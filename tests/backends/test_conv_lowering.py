@@ -136,10 +136,10 @@ def _randomise_batch_norms(model, rng):
     return model.eval()
 
 
-@pytest.mark.parametrize("activation", [nn.ReLU(), nn.SiLU(), nn.Hardswish()], ids=["relu", "silu", "hardswish"])
+@pytest.mark.parametrize("activation", [nn.SiLU(), nn.Hardswish()], ids=["silu", "hardswish"])
 def test_bias_batch_norm_activation_and_residual_run_in_the_conv_output_pass(activation, rng):
     model = _randomise_batch_norms(_Block(activation), rng)
-    x = randn(rng, 2, 8, 32, 32)  # large enough for the cost model to pick a kernel for a lone ReLU
+    x = randn(rng, 2, 8, 32, 32)  # large enough for the cost model to pick a kernel for a lone activation
     compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
     convs = [n for n in compiled.graph.nodes if n.op == "call" and getattr(n.target, "name", "") == "conv2d"]
     assert len(convs) == 2
@@ -149,6 +149,21 @@ def test_bias_batch_norm_activation_and_residual_run_in_the_conv_output_pass(act
         assert type(user.target).__name__ == "FusedOp", f"{conv.name} is read by {user.target}, not a kernel"
     # The epilogue kernels write into a dead buffer (the conv's channels-last output or the residual's).
     assert compiled.code.count("out=") == 2, compiled.code
+    for inputs in (x, randn(rng, 2, 8, 32, 32)):
+        np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_relu_tail_runs_as_numpy_ufuncs_in_the_conv_output(rng):
+    # relu and add, relu are one or two ufunc passes: numpy writes the conv's output it reads, still in
+    # cache, where a kernel would write its own buffer (cost_model.NUMBA_OWN_BUFFER_NS).
+    model = _randomise_batch_norms(_Block(nn.ReLU()), rng)
+    x = randn(rng, 2, 8, 32, 32)
+    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    assert not compiled.kernel_sources(), compiled.code
+    tails = [d for d in compiled._last.lowered.decisions if d.choice == "numpy ops"]
+    assert len(tails) == 2 and all("numpy in place" in d.reason for d in tails)
+    assert "np_maximum(conv2d, False, out=conv2d)" in compiled.code  # ReLU in the conv's output
+    assert compiled.code.count("out=") == 3, compiled.code  # the residual add and its ReLU in dead buffers too
     for inputs in (x, randn(rng, 2, 8, 32, 32)):
         np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-4)
 
