@@ -27,6 +27,16 @@ the products' difference). Convs too large to time cheaply
 (`MEASURE_MAX_FLOPS`) keep their rule. Results are cached per shape, layout,
 dtype and thread count for the process.
 
+Why timing is not the default (``conv_choice="rules"`` is): a conv timed alone
+runs on buffers in cache, in a model after the rest of the network, and on
+the reference machine the two disagreed. In ResNet-18 and ResNet-50 at batch
+1 (minimum of 15 interleaved forwards, load average 5.5 on 2 cores) timing
+sent the 56x56 3x3 convs to numpy's path, which then took 2.6-3.0 ms in the
+model against 1.9-2.0 ms for their rule, and the network lost 10% overall;
+with the rules alone (and their columns shared, `conv_lowering.scratch`) no
+conv lost more than noise to numpy's. Where a BLAS or a machine makes the
+rules lose, ``conv_choice="measure"`` finds it.
+
 Both paths compute the same convolution (float32 or float64 products over
 the same windows); only summation order differs. ``explain()`` prints the
 choice with both times.
@@ -50,9 +60,9 @@ rule's result feeds the next conv without a copy, which timing one conv alone do
 MEASURE_MAX_FLOPS = 2e9
 """Convs above this many multiply-adds x 2 keep their rule untimed (~50 ms a call at 40 GFLOP/s: timing
 would cost a compilation seconds); the large early layers it leaves out are where the rules win most."""
-MODES = ("measure", "rules", "numpy")
-"""``fxkit.compile(..., backend="numba", conv_choice=...)``: time both (default), always the rule, or
-numpy's ``conv2d`` for every conv a rule covers (the last two for tests and comparisons)."""
+MODES = ("rules", "measure", "numpy")
+"""``fxkit.compile(..., backend="numba", conv_choice=...)``: always the rule (default), time both, or
+numpy's ``conv2d`` for every conv a rule covers (for tests and comparisons)."""
 _TIMES = {}  # cache key -> (rule seconds, numpy seconds)
 
 
@@ -134,7 +144,7 @@ class ConvChooser:
         mode: one of `MODES`.
     """
 
-    def __init__(self, mode="measure"):
+    def __init__(self, mode="rules"):
         self.mode = mode
         self.rules = {}  # node that got numpy's path -> (its rule's call, the rule's Decision)
 

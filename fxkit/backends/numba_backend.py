@@ -26,9 +26,9 @@ that
   a conv's tail (ReLU, SiLU, a residual add) then runs in the conv's output;
 * convolutions run as their registry rule in `fxkit.backends.conv_lowering`
   says (channels-last or channel-major products with reused buffers, a
-  depthwise kernel), or as numpy's ``conv2d`` where that was measured faster
-  on the node's shapes (`fxkit.backends.conv_choice`, the ``conv_choice=``
-  option of ``fxkit.compile``); the rules' results' memory is not in NCHW order, so a
+  depthwise kernel), or, with ``fxkit.compile``'s ``conv_choice="measure"``,
+  as numpy's ``conv2d`` where that was timed faster on the node's shapes
+  (`fxkit.backends.conv_choice`); the rules' results' memory is not in NCHW order, so a
   ``view`` of one (or of an elementwise result or max pool of one) runs as
   ``reshape``, and the cost model prices a group broadcasting over one as
   its kernel's strided entry would run.
@@ -85,11 +85,11 @@ class NumbaBackend(NumpyBackend):
 
     name = "numba"
     device_types = ("cpu",)
-    conv_choice = "measure"
+    conv_choice = "rules"
 
-    def configure(self, conv_choice="measure", **options):
+    def configure(self, conv_choice="rules", **options):
         """``conv_choice``: how each conv picks between its rule and numpy's ``conv2d``
-        (`fxkit.backends.conv_choice.MODES`: ``"measure"`` times both, ``"rules"``, ``"numpy"``)."""
+        (`fxkit.backends.conv_choice.MODES`: ``"rules"``, ``"measure"`` times both, ``"numpy"``)."""
         if conv_choice not in MODES:
             raise LoweringError(f"fxkit.compile: the numba backend's conv_choice is one of {', '.join(MODES)}, "
                                 f"got {conv_choice!r}")

@@ -73,7 +73,7 @@ def test_a_numpy_result_meeting_a_reordered_value_gets_its_rule_back(rng):
     model = _Block().eval()
     x = randn(rng, 2, 8, 9, 7)
     with mock.patch.object(conv_choice.ConvChooser, "_measured", measured):
-        compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+        compiled = fxkit.compile(model, backend="numba", example_inputs=[x], conv_choice="measure")
     decisions = {d.node: d for d in _conv_decisions(compiled)}
     assert decisions["conv2d_1"].choice == "1x1 GEMM, channels-last"
     assert "meets a reordered value in an elementwise group" in decisions["conv2d_1"].reason
@@ -87,7 +87,7 @@ def test_a_numpy_choice_that_meets_no_reordered_value_is_kept(rng):
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1)).eval()
     x = randn(rng, 1, 3, 12, 12)
     with mock.patch.object(conv_choice.ConvChooser, "_measured", measured):
-        compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
+        compiled = fxkit.compile(model, backend="numba", example_inputs=[x], conv_choice="measure")
     assert [d.choice for d in _conv_decisions(compiled)] == ["numpy conv2d", "numpy conv2d"]
     np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
 
@@ -103,7 +103,7 @@ def test_input_layouts_follow_the_lowered_convs(rng):
         return decision
 
     with mock.patch.object(conv_choice.ConvChooser, "_measured", measured):
-        fxkit.compile(model, backend="numba", example_inputs=[x])
+        fxkit.compile(model, backend="numba", example_inputs=[x], conv_choice="measure")
     # the second conv reads the first's channels-last result through its ReLU; the third the
     # channel-major result of the second (16 output pixels < 64 channels) through its SiLU
     assert seen == {"conv2d": "nchw", "conv2d_1": "channels-last", "conv2d_2": "channel-major"}
@@ -113,11 +113,11 @@ def test_convs_above_the_flop_budget_keep_their_rule_untimed(rng):
     conv = nn.Conv2d(8, 8, 3, padding=1).eval()
     x = randn(rng, 1, 8, 10, 10)
     with mock.patch.object(conv_choice, "MEASURE_MAX_FLOPS", 1):
-        compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
+        compiled = fxkit.compile(conv, backend="numba", example_inputs=[x], conv_choice="measure")
     (decision,) = _conv_decisions(compiled)
     assert decision.choice == "im2col, channels-last" and "flops: not timed" in decision.reason
 
 
 def test_an_unknown_conv_choice_is_refused_with_the_modes():
-    with pytest.raises(LoweringError, match="conv_choice is one of measure, rules, numpy, got 'fast'"):
+    with pytest.raises(LoweringError, match="conv_choice is one of rules, measure, numpy, got 'fast'"):
         fxkit.compile(nn.Conv2d(3, 4, 3), backend="numba", conv_choice="fast")

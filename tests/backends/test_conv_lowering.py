@@ -48,7 +48,7 @@ def test_each_conv_rule_matches_eager_and_pytorch(arguments, shape, choice, rng)
     torch = pytest.importorskip("torch")
     conv = _conv_model(*arguments)
     x = randn(rng, *shape)
-    compiled = fxkit.compile(conv, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
     (decision,) = [d for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
     assert decision.choice == choice
     for inputs in (x, randn(rng, *shape)):  # a second call runs on the reused buffers
@@ -68,7 +68,7 @@ def test_chains_across_layouts_match_eager(rng):
     model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 96, 3, 2, 1),
                           nn.SiLU(), nn.Conv2d(96, 96, 3, 1, 1, groups=96), nn.Conv2d(96, 8, 1)).eval()
     x = randn(rng, 2, 4, 11, 11)
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     choices = [d.choice for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
     assert choices == ["im2col, channels-last", "1x1 GEMM, channels-last", "im2col, channel-major",
                        "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
@@ -80,7 +80,7 @@ def test_a_1x1_channel_major_conv_reads_channel_major_memory_as_its_columns(rng)
     torch = pytest.importorskip("torch")
     model = nn.Sequential(nn.Conv2d(8, 64, 3, 1, 1), nn.ReLU(), nn.Conv2d(64, 96, 1)).eval()
     x = randn(rng, 2, 8, 5, 4)
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     calls = [v for v in compiled._last.lowered.fn.__globals__.values()
              if isinstance(v, conv_lowering.ChannelMajorConv)]
     assert sorted(c.__name__ for c in calls) == ["conv2d_1_channel_major", "conv2d_channel_major"]
@@ -99,7 +99,7 @@ def test_a_1x1_channel_major_conv_reads_channel_major_memory_as_its_columns(rng)
 def test_results_kept_across_calls_are_never_overwritten(rng):
     conv = _conv_model(3, 4, 3, 1, 1)
     x1, x2 = randn(rng, 2, 3, 17, 17), randn(rng, 2, 3, 17, 17)
-    compiled = fxkit.compile(conv, backend="numba", conv_choice="rules", example_inputs=[x1])
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x1])
     first = compiled(x1)
     kept = first.numpy().copy()
     second = compiled(x2)
@@ -140,7 +140,7 @@ def _randomise_batch_norms(model, rng):
 def test_bias_batch_norm_activation_and_residual_run_in_the_conv_output_pass(activation, rng):
     model = _randomise_batch_norms(_Block(activation), rng)
     x = randn(rng, 2, 8, 32, 32)  # large enough for the cost model to pick a kernel for a lone activation
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     convs = [n for n in compiled.graph.nodes if n.op == "call" and getattr(n.target, "name", "") == "conv2d"]
     assert len(convs) == 2
     for conv in convs:  # the folded batch norm is the conv's bias, added to the product's rows
@@ -158,7 +158,7 @@ def test_a_relu_tail_runs_as_numpy_ufuncs_in_the_conv_output(rng):
     # cache, where a kernel would write its own buffer (cost_model.NUMBA_OWN_BUFFER_NS).
     model = _randomise_batch_norms(_Block(nn.ReLU()), rng)
     x = randn(rng, 2, 8, 32, 32)
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     assert not compiled.kernel_sources(), compiled.code
     tails = [d for d in compiled._last.lowered.decisions if d.choice == "numpy ops"]
     assert len(tails) == 2 and all("numpy in place" in d.reason for d in tails)
@@ -187,7 +187,7 @@ def test_a_mobilenet_block_matches_eager_and_pytorch(rng):
     torch = pytest.importorskip("torch")
     model = _randomise_batch_norms(_InvertedResidual(8, 4), rng)
     x = randn(rng, 2, 8, 28, 28)
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     choices = [d.choice for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
     assert choices == ["1x1 GEMM, channels-last", "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
     got = compiled(x).numpy()

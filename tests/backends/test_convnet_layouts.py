@@ -52,7 +52,7 @@ def test_batch_norm_ops_fold_into_the_conv_and_the_conv_is_lowered(backend, rng)
 
 def test_a_conv_without_bias_gets_the_folded_bias_positionally(rng):
     model = _ConvBatchNormOps(rng).eval()
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[(1, 8, 6, 6)])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[(1, 8, 6, 6)])
     (conv,) = [n for n in compiled.graph.nodes if getattr(n.target, "name", None) == "conv2d"]
     assert not conv.kwargs and conv.args[2].op == "get_attr"
 
@@ -74,7 +74,7 @@ def test_a_broadcast_over_a_channels_last_conv_output_runs_as_numpy_ops(rng):
     torch = pytest.importorskip("torch")
     model = _SqueezeExcite().eval()
     x = randn(rng, 2, 8, 40, 40)
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     (scale,) = [line for line in compiled.explain().splitlines() if "strided entry" in line]
     assert "numpy ops" in scale, compiled.explain()
     t = {k: torch.from_numpy(v.numpy().astype(np.float64)) for k, v in model.state_dict().items()}
@@ -103,7 +103,7 @@ def test_a_max_pool_of_a_conv_runs_channels_last_and_matches_pytorch(pool, rng):
     model = nn.Sequential(nn.Conv2d(3, 8, 3), pool, nn.Conv2d(8, 4, 1)).eval()
     x = randn(rng, 2, 3, 15, 14)
     x.numpy()[0, 0, 4, 5] = np.nan  # NaN wins a window, as in PyTorch
-    compiled = fxkit.compile(model, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     (decision,) = [line for line in compiled.explain().splitlines() if line.startswith("max_pool2d")]
     assert "max pool, channels-last" in decision
     t = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.MaxPool2d(pool.kernel_size, pool.stride, pool.padding),
@@ -122,7 +122,7 @@ def test_a_view_after_a_channels_last_pool_runs_as_reshape(rng):
         return model(x).view(x.shape[0], -1)
 
     x = randn(rng, 2, 3, 14, 14)
-    compiled = fxkit.compile(flat, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(flat, backend="numba", example_inputs=[x])
     assert any(line.startswith("view") and "reshape" in line for line in compiled.explain().splitlines())
     torch = pytest.importorskip("torch")
     t = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.MaxPool2d(2), torch.nn.ReLU()).eval()
@@ -155,7 +155,7 @@ def test_a_large_conv_gathers_its_columns_with_numba_and_matches_pytorch(rng):
     torch = pytest.importorskip("torch")
     conv = nn.Conv2d(32, 16, 3, padding=1).eval()
     x = randn(rng, 4, 32, 64, 64)  # 16384 output pixels x 288 taps: over PARALLEL_MIN_COLUMNS
-    compiled = fxkit.compile(conv, backend="numba", conv_choice="rules", example_inputs=[x])
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
     assert "gathered on numba's threads" in compiled.explain(), compiled.explain()
     expected = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(conv.weight.numpy()),
                                           torch.from_numpy(conv.bias.numpy()), padding=1).numpy()
