@@ -177,7 +177,8 @@ class GemmConv(_ChannelsLast):
 
 
 class Im2colConv(_ChannelsLast):
-    """A single-group conv: channels-last im2col into a reused buffer, then one product over all images."""
+    """A single-group conv: channels-last im2col into the shared columns (`scratch`), then one product over all
+    images."""
 
     __slots__ = ("pads", "stride", "dilation", "_padded", "_gather")
 
