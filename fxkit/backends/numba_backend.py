@@ -26,7 +26,9 @@ that
   a conv's tail (ReLU, SiLU, a residual add) then runs in the conv's output;
 * convolutions run as their registry rule in `fxkit.backends.conv_lowering`
   says (channels-last or channel-major products with reused buffers, a
-  depthwise kernel); their results' memory is not in NCHW order, so a
+  depthwise kernel), or, with ``fxkit.compile``'s ``conv_choice="measure"``,
+  as numpy's ``conv2d`` where that was timed faster on the node's shapes
+  (`fxkit.backends.conv_choice`); the rules' results' memory is not in NCHW order, so a
   ``view`` of one (or of an elementwise result or max pool of one) runs as
   ``reshape``, and the cost model prices a group broadcasting over one as
   its kernel's strided entry would run.
@@ -50,12 +52,14 @@ Example:
         return mul_9
     >>> print(compiled.kernel_sources()["fused_0"])
 """
+import copy
 import importlib.util
 import os
 
 import numpy as np
 
 from fxkit.backends.backend import register_backend
+from fxkit.backends.conv_choice import MODES, ConvChooser
 from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_values
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
@@ -81,6 +85,20 @@ class NumbaBackend(NumpyBackend):
 
     name = "numba"
     device_types = ("cpu",)
+    conv_choice = "rules"
+
+    def configure(self, conv_choice="rules", **options):
+        """``conv_choice``: how each conv picks between its rule and numpy's ``conv2d``
+        (`fxkit.backends.conv_choice.MODES`: ``"rules"``, ``"measure"`` times both, ``"numpy"``)."""
+        if conv_choice not in MODES:
+            raise LoweringError(f"fxkit.compile: the numba backend's conv_choice is one of {', '.join(MODES)}, "
+                                f"got {conv_choice!r}")
+        backend = super().configure(**options)
+        if conv_choice == backend.conv_choice:
+            return backend
+        configured = copy.copy(backend)
+        configured.conv_choice = conv_choice
+        return configured
 
     def passes(self, gm, example_inputs):
         return super().passes(gm, example_inputs) + [SplitLinearBias(), FuseElementwise(min_size=1), FuseRows(),
@@ -105,9 +123,10 @@ class NumbaBackend(NumpyBackend):
         order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
         decisions = []
         calls = {}
+        chooser = ConvChooser(self.conv_choice)
         for node in gm.graph.nodes:
             if node.op == "call" and node.target in CONV_RULES:
-                call, decision = CONV_RULES[node.target](node)
+                call, decision = chooser.choose(node, *CONV_RULES[node.target](node), calls)
             elif node.op == "call" and node.target is ATTENTION:
                 from fxkit.backends.numba_attention import lower_attention  # NOTE: see the numba import above
 
@@ -117,6 +136,7 @@ class NumbaBackend(NumpyBackend):
             decisions.append(decision)
             if call is not None:
                 calls[node] = call
+        chooser.settle(gm.graph, calls, decisions)
         reordered = reordered_values(gm.graph.nodes, calls)
         while True:  # NOTE: a pool lowered channels-last makes its readers' inputs channels-last in turn
             lowered = False

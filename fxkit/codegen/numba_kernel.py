@@ -20,10 +20,11 @@ dimensions in which every operand is either full or broadcast merge, so most
 kernels are one flat loop and a bias add two (rows, columns) with the bias
 read at ``[0, i1]``. ``kernel_strided`` takes any strides (transposes,
 slices, zero-stride broadcasts) and loops over every dimension. A result of
-at least `PARALLEL_MIN` elements runs on numba's thread pool; smaller ones
-run serially, which compiles three times faster and skips the thread-pool
-launch (~10 µs). Shapes are fixed per specialisation, so the choice is made
-here.
+at least `PARALLEL_MIN_STREAMING` elements (`PARALLEL_MIN` when its scalar
+code calls a function LLVM does not vectorise, like ``gelu``'s ``erf``) runs
+on numba's thread pool; smaller ones run serially, which compiles three
+times faster and skips the thread-pool launch. Shapes are fixed per
+specialisation, so the choice is made here.
 
 How a parallel kernel splits its work depends on its loop nest. One flat
 loop over contiguous views is itself the ``prange``: LLVM vectorises it, and
@@ -47,12 +48,21 @@ from typing import NamedTuple
 
 from fxkit.codegen.block import CodeBlock
 from fxkit.codegen.namespace import Namespace
-from fxkit.codegen.numba_scalar import ScalarEmitter, value_metas
+from fxkit.codegen.numba_scalar import ScalarEmitter, calls_slow_functions, value_metas
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 
 PARALLEL_MIN = 1 << 19
 """Results with fewer elements (2 MB of float32) run serially: a thread-pool launch costs ~10 µs, and
 waking numba's threads between BLAS calls (convolutions, matmuls) costs the BLAS threads more."""
+PARALLEL_MIN_STREAMING = 1 << 23
+"""The same for a kernel of vectorised code only (arithmetic, comparisons, ``exp32``): it streams memory,
+which one core nearly saturates, and right after a BLAS call (a conv's ReLU, a residual add) numba's
+worker waits for a core OpenBLAS's spinning workers hold. On the reference machine (2 cores, OpenBLAS
+and numba on 2 threads each, medians of 15 interleaved calls each after a 3136x576x256 product):
+``relu(a + b)`` over 802816 float32 took 0.65 ms serial and 3.0 ms parallel, over 3.2e6 2.6 against
+11.6 ms, over 6.4e6 4.9 against 7.0 ms; ResNet-50's four parallel ``relu``/``add, relu`` kernels at
+batch 1 (802816 elements) took 4-8 ms each against 0.7-0.9 ms serial. ``gelu`` (``erf32``, about 4 ns
+an element serial) still halves on two threads, so it keeps `PARALLEL_MIN`."""
 BLOCK = 16384
 """Elements a parallel task computes (runs of contiguous, vectorised loops)."""
 SUPPORTED_DTYPES = frozenset(("float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"))
@@ -68,9 +78,10 @@ def jit_decorator(parallel):
     return f'@numba.njit(cache=True, error_model="numpy", nogil=True{", parallel=True" if parallel else ""})'
 
 
-def parallel_for(shape):
-    """Whether a kernel over ``shape`` runs on numba's thread pool (`PARALLEL_MIN` elements or more)."""
-    return math.prod(shape) >= PARALLEL_MIN
+def parallel_for(shape, streaming=False):
+    """Whether a kernel over ``shape`` runs on numba's thread pool: `PARALLEL_MIN` elements or more, or
+    `PARALLEL_MIN_STREAMING` for a kernel that only streams memory (``streaming``)."""
+    return math.prod(shape) >= (PARALLEL_MIN_STREAMING if streaming else PARALLEL_MIN)
 
 
 class KernelSource(NamedTuple):
@@ -286,7 +297,7 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
         groups = collapse(shape, [s for _, s in operands])
         views = view_shapes(shape, groups, operands)
         inner, inner_shape, loop_groups = view_loops(groups, views)
-    parallel = parallel_for(shape) and bool(groups[0])
+    parallel = parallel_for(shape, not calls_slow_functions(graph, metas)) and bool(groups[0])
     flat = parallel and not strided and len(groups) == 1
     body = _ElementwiseBody(graph, metas, placeholders, results, params, outs, inner, inner_shape, loop_groups,
                             strided)

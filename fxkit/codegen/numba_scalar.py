@@ -110,6 +110,35 @@ class _Template(ast.NodeTransformer):
                             f"fxkit/codegen/numba_kernel.py when adding it to ops/intrinsics.py")
 
 
+_VECTORISED_FLOAT32 = frozenset(("exp", "tanh", "sqrt"))
+"""Intrinsics whose float32 code LLVM vectorises (`fxkit.backends.numba_math`'s polynomial ``exp32`` and
+``tanh32``, the ``sqrt`` instruction): a kernel of them streams memory like plain arithmetic."""
+
+
+def calls_slow_functions(graph, metas):
+    """Whether a group's scalar code calls a function run element by element (``erf32``'s float64
+    rational, ``math.log``, any float64 ``math.exp``): its kernels are compute-bound, not
+    memory-bound, which decides whether the thread pool pays (`fxkit.codegen.numba_kernel.parallel_for`).
+
+    ``metas``: node -> `TensorMeta` or value, from `value_metas`.
+    """
+    for node in graph.nodes:
+        op = node.target
+        if node.op != "call" or not isinstance(op, Op):
+            continue
+        dtype = getattr(metas[node], "dtype", None)
+        template = op.kernel_template(dtype)
+        if template is None:
+            continue
+        if callable(template):
+            template = template(**template_names(op, node.args, node.kwargs)[1])
+        for call in ast.walk(ast.parse(template, mode="eval")):
+            name = getattr(getattr(call, "func", None), "id", None) if isinstance(call, ast.Call) else None
+            if name in _MATH and not (name in _VECTORISED_FLOAT32 and getattr(dtype, "name", None) == "float32"):
+                return True
+    return False
+
+
 class ScalarEmitter:
     """Emits one statement a body node into a `CodeBlock`, tracking each value's local and dtype.
 

@@ -12,7 +12,7 @@ from fxkit import nn, ops
 from fxkit.backends import cost_model
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.codegen import numba_kernel
-from fxkit.codegen.numba_kernel import PARALLEL_MIN
+from fxkit.codegen.numba_kernel import PARALLEL_MIN_STREAMING
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.transforms.fused_op import FusedOp
 from tests.backends.examples import chain, randn
@@ -69,7 +69,7 @@ def test_a_new_shape_compiles_once_then_hits_the_cache(rng):
 
 @pytest.mark.slow
 def test_the_seed_chain_is_one_kernel_in_both_size_classes(rng):
-    for n in (5, PARALLEL_MIN):  # serial, and parallel over the thread pool
+    for n in (5, PARALLEL_MIN_STREAMING):  # serial, and parallel over the thread pool
         x = fxkit.from_numpy((rng.random(n) * 0.02 + 0.99).astype(np.float32))
         compiled = fxkit.compile(chain, backend="numba", example_inputs=[x])
         assert called_ops(compiled) == ["fused_0"]
@@ -97,7 +97,7 @@ def test_a_parallel_flat_kernel_reads_every_operand_kind(rng):
         y = ops.tanh(x * k + s) - 0.5
         return y, ops.exp(y) * x
 
-    n = PARALLEL_MIN + 3
+    n = PARALLEL_MIN_STREAMING + 3
     x = randn(rng, n)
     k = fxkit.from_numpy(rng.integers(-3, 4, n).astype(np.int32))
     s = randn(rng, 1)
@@ -232,7 +232,7 @@ def test_non_contiguous_inputs_use_the_strided_kernel(rng):
 @pytest.mark.slow
 def test_a_parallel_strided_kernel_reads_a_0d_tensor(rng):
     compiled = fxkit.compile(lambda x, s: ops.tanh(x) * s + s, backend="numba")
-    x = fxkit.from_numpy(rng.standard_normal((PARALLEL_MIN // 512, 512)).astype(np.float32).T)
+    x = fxkit.from_numpy(rng.standard_normal((PARALLEL_MIN_STREAMING // 512, 512)).astype(np.float32).T)
     s = fxkit.from_numpy(np.array(1.5, np.float32))
     got = compiled(x, s)
     np.testing.assert_allclose(got.numpy(), np.tanh(x.numpy().astype(np.float64)) * 1.5 + 1.5, rtol=1e-5, atol=1e-6)
@@ -315,7 +315,7 @@ def test_random_programs_match_eager(program):
 @given(programs(kinds=("elementwise", "reduction"), max_steps=10))
 def test_random_programs_match_eager_on_the_thread_pool(program):
     # Every kernel parallel: flat prange loops, tasks over nests and over rows.
-    with mock.patch.object(numba_kernel, "PARALLEL_MIN", 1):
+    with mock.patch.multiple(numba_kernel, PARALLEL_MIN=1, PARALLEL_MIN_STREAMING=1):
         compiled = fxkit.compile(program.module(), backend="numba")
         got = compiled(*program.inputs)
     expected = program.expected

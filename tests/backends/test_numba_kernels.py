@@ -19,7 +19,7 @@ from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numba_math import erf32, exp32, exp_nonpositive32, maximum, minimum, tanh32
 from fxkit.codegen import numba_kernel
 from fxkit.codegen.block import CodeBlock
-from fxkit.codegen.numba_kernel import PARALLEL_MIN, elementwise_kernel
+from fxkit.codegen.numba_kernel import PARALLEL_MIN, PARALLEL_MIN_STREAMING, elementwise_kernel
 from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.graph import Graph, GraphModule, Interpreter
 from fxkit.runtime.meta import TensorMeta
@@ -154,17 +154,34 @@ def test_the_seed_chain_is_one_flat_loop_in_float32():
     assert "x0_v = x0.reshape((n0,))" in contiguous and loops.count("for ") == 1
     assert "mul_9 = np.float32(mul_8 * mul_8)" in loops and "float64" not in contiguous
     assert "prange" not in contiguous
-    large = elementwise_kernel(_chain_group(), [TensorMeta((PARALLEL_MIN,), fxkit.float32)])
+    large = elementwise_kernel(_chain_group(), [TensorMeta((PARALLEL_MIN_STREAMING,), fxkit.float32)])
     flat = large.source.split("def loops_strided")[0]
     assert "def loops(" not in flat and "parallel=True" in flat  # the flat loop is the prange itself
     assert "for i0 in numba.prange(n0):" in flat and "out0_v[i0] = mul_9" in flat
+
+
+def _unary_group(op, **kwargs):
+    body = Graph()
+    body.output(body.call(op, (body.placeholder("x"),), kwargs))
+    return FusedOp("fused_0", body)
+
+
+@pytest.mark.parametrize("op, dtype, slow", [(ops.relu, fxkit.float32, False), (ops.exp, fxkit.float32, False),
+                                             (ops.gelu, fxkit.float32, True), (ops.log, fxkit.float32, True),
+                                             (ops.exp, fxkit.float64, True)])
+def test_only_a_kernel_calling_slow_functions_runs_on_the_pool_from_parallel_min(op, dtype, slow):
+    # Streaming kernels (vectorised code) wait for PARALLEL_MIN_STREAMING: right after a BLAS call the
+    # pool's worker waits for a core, while one core nearly saturates memory.
+    for n, parallel in ((PARALLEL_MIN, slow), (PARALLEL_MIN_STREAMING, True), (PARALLEL_MIN - 1, False)):
+        source = elementwise_kernel(_unary_group(op), [TensorMeta((n,), dtype)]).source
+        assert ("parallel=True" in source) is parallel, (op.name, dtype.name, n)
 
 
 def test_a_parallel_nest_runs_vectorisable_loops_on_slices():
     body = Graph()
     x, b = body.placeholder("x"), body.placeholder("b")
     body.output(body.call(ops.add, (x, b)))
-    source = elementwise_kernel(FusedOp("fused_0", body), [TensorMeta((PARALLEL_MIN // 64, 64), fxkit.float32),
+    source = elementwise_kernel(FusedOp("fused_0", body), [TensorMeta((PARALLEL_MIN_STREAMING // 64, 64), fxkit.float32),
                                                            TensorMeta((64,), fxkit.float32)])
     contiguous = source.source.split("def loops_strided")[0]
     assert "def loops(out0, x0, x1):" in contiguous and "for task in numba.prange(" in contiguous
@@ -384,7 +401,7 @@ def test_random_elementwise_graphs_match_the_interpreter_on_the_thread_pool(case
     # Every kernel parallel (flat prange loops and tasks over nests), on small inputs.
     gm, inputs = case
     expected = Interpreter(gm).run(*inputs)
-    with mock.patch.object(numba_kernel, "PARALLEL_MIN", 1):
+    with mock.patch.multiple(numba_kernel, PARALLEL_MIN=1, PARALLEL_MIN_STREAMING=1):
         compiled = fxkit.compile(gm, backend="numba")
         got = compiled(*inputs)
     assert_matches(got, expected)

@@ -71,8 +71,9 @@ def check_compiled_matches_torch(entry, gm, backend):
     for batch, seed in ((BATCH, SEED), (3, SEED + 1)):
         _, expected, tensors = _inputs(entry, batch, seed)
         assert _relative(compiled(*tensors), expected) < TOLERANCE
-    if backend == "numba":  # NOTE: the cost model may run a tiny group as numpy ops; some kernel must run
-        assert "numba kernel" in compiled.explain(), compiled.explain()
+    if backend == "numba":  # NOTE: the cost model may run tiny groups and ReLU tails as numpy ops; something of
+        # the numba backend's own (a kernel, a conv rule) must run
+        assert any(not d.choice.startswith("numpy") for d in compiled._last.lowered.decisions), compiled.explain()
 
 
 def check_split_pipeline_equals_unsplit(entry, gm, stages):
