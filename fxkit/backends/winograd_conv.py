@@ -114,9 +114,10 @@ def input_kernel(a):
             half = np.empty((a, a, c), x.dtype)
             for j in range(tiles_w):
                 left = j * m - pw
-                if top >= 0 and left >= 0 and top + a <= h and left + a <= w:
-                    d = x[image, top:top + a, left:left + a]
-                else:
+                # NOTE: the tile is read as src[y:y + a, x:x + a] of a C-contiguous (H, W, C) array, never
+                # as a slice: numba types a slice's layout "any", whose unknown strides stop vectorising
+                src, y, x0 = x[image], top, left
+                if not (top >= 0 and left >= 0 and top + a <= h and left + a <= w):
                     # NOTE: a tile over the padding or past the edge reads a zero-filled copy of its part of x
                     for p in range(a):
                         for q in range(a):
@@ -124,14 +125,14 @@ def input_kernel(a):
                                 patch[p, q] = x[image, top + p, left + q]
                             else:
                                 patch[p, q] = 0
-                    d = patch[:, :, :]
+                    src, y, x0 = patch, 0, 0
                 for r in range(a):  # half = B^T d
                     for q in range(a):
                         out = half[r, q]
                         for k in range(c):
-                            acc = bt[r, 0] * d[0, q, k]
+                            acc = bt[r, 0] * src[y, x0 + q, k]
                             for p in range(1, a):
-                                acc += bt[r, p] * d[p, q, k]
+                                acc += bt[r, p] * src[y + p, x0 + q, k]
                             out[k] = acc
                 tile = row * tiles_w + j
                 for r in range(a):  # v = half B
@@ -179,11 +180,12 @@ def output_kernel(a):
                                 acc += at[r, p] * mt[p * a + s, tile, k]
                             dst[k] = acc
                 inside = top + m <= oh and left + m <= ow
-                # NOTE: a tile reaching past the output's edge is computed whole into part, its inside copied
-                y = out[image, top:top + m, left:left + m] if inside else part[:, :, :]
+                # NOTE: a tile reaching past the output's edge is computed whole into part, its inside
+                # copied; both are C-contiguous (H, W, OC) arrays written at an offset (as in input_tiles)
+                dst_image, y, x0 = (out[image], top, left) if inside else (part, 0, 0)
                 for r in range(m):  # y = half A + bias
                     for s in range(m):
-                        dst = y[r, s]
+                        dst = dst_image[y + r, x0 + s]
                         for k in range(oc):
                             acc = bias[k]
                             for q in range(a):
