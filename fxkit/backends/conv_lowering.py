@@ -288,7 +288,7 @@ def lower_conv2d(node):
     if (kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1):
         from fxkit.backends.winograd_conv import lower_winograd  # NOTE: numba loads only when a 3x3 conv is lowered
 
-        chosen = lower_winograd(node.name, x, weight, out, pads)
+        chosen = lower_winograd(node.name, x, out, pads)
         if chosen is not None:
             return chosen
     rows = out.shape[0] * out.shape[2] * out.shape[3]

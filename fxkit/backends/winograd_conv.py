@@ -22,9 +22,12 @@ output and write only what lies inside it.
 Numerics: the transforms' coefficients are not all powers of two (F(4x4)'s
 ``G`` holds 1/6 and 1/24, its ``A^T`` 8 and its ``B^T`` 5), so the float32
 rounding error grows with the transforms' norms on top of direct
-convolution's ``sqrt(9 C) eps``: F(2x2) stays within a small factor of
-direct, F(4x4) is about an order of magnitude worse (`TRANSFORMS` holds both;
-`transform_growth` is the bound the tests scale their tolerance by).
+convolution's ``sqrt(9 C) eps`` (`transform_growth` bounds the growth; the
+tests scale their tolerance by it). Measured against a float64 conv, as the
+largest error over the largest output, on ResNet and VGG shapes
+(``benchmarks/winograd_layers.py``): PyTorch float32 2-4e-7, F(2x2) 1-6e-7,
+F(4x4) 3e-6 to 1.3e-5. `TRANSFORMS` holds both; the numba backend uses
+F(2x2) only (`lower_winograd`).
 
 Imported by `fxkit.backends.conv_lowering` only when a conv is lowered to it:
 numba takes ~0.5 s to import.
@@ -49,8 +52,8 @@ class Transforms:
 
     def filters(self, weight, dtype):
         """``U`` as ``(a*a, C, OC)`` in ``dtype``: ``G g G^T`` of each ``(OC, C, 3, 3)`` filter, in float64."""
-        u = np.einsum("ri,ocij,sj->rsco", self.g, weight.astype(np.float64), self.g, optimize=True)
-        return np.ascontiguousarray(u.reshape(self.a * self.a, *u.shape[2:]), dtype)
+        u = self.g @ weight.astype(np.float64) @ self.g.T  # (OC, C, a, a)
+        return np.ascontiguousarray(u.transpose(2, 3, 1, 0).reshape(self.a * self.a, *u.shape[1::-1]), dtype)
 
     def coefficients(self, dtype):
         """``(B^T, A^T)`` in ``dtype``, the kernels' arguments (float64 coefficients would promote
@@ -226,7 +229,7 @@ class WinogradConv(_ChannelsLast):
         oc = self.shape[-1]
         tiles_h, tiles_w = self.tiles
         steps, count = self.transforms.a ** 2, n * tiles_h * tiles_w
-        if self._tiles_in is None or self._tiles_in.shape[-1] != c:
+        if self._tiles_in is None:  # NOTE: made at the first call, not at lowering: a model's convs may never all run
             self._tiles_in = np.empty((steps, count, c), self.dtype)
             self._products = np.empty((steps, count, oc), self.dtype)
         bt, at = self._coefficients
@@ -254,17 +257,21 @@ MIN_PIXELS = 6272
 """Output pixels (``N * OH * OW``; 8 images of 28x28) from which Winograd runs (see `lower_winograd`)."""
 
 
-def lower_winograd(name, x, weight, out, pads):
+def lower_winograd(name, x, out, pads):
     """``(WinogradConv, Decision)`` for a 3x3, stride-1, undilated, single-group conv where F(2x2, 3x3)
     beats the im2col rules, else None (the caller's rules decide).
 
-    Measured with ``benchmarks/winograd_layers.py`` on the reference machine (2 threads, medians of 9
-    interleaved calls, load average 3-6 from other jobs): at batch 8 F(2x2) took 0.74-0.81x
-    the im2col rule's time for 512->512 channels at 28x28, 0.75x for 256->256 at 56x56 and 1.03x for
-    256->512 at 28x28, but 1.6x for 512->512 at 14x14, 0.9-2.3x for 64->64 at 56x56 and 0.9-4.7x for
-    128->128 at 28x28; at batch 1 it lost at every shape (1.2x to 7x: the two transforms' parallel
-    passes cost more than the products save). F(4x4, 3x3) was no faster at the shapes where F(2x2)
-    wins and its float32 error is ~20x larger (measured; `transform_growth` bounds it 36x higher), so it is not chosen.
+    Measured with ``benchmarks/winograd_layers.py`` on the reference machine (2 threads, medians of
+    9-15 interleaved calls; other jobs kept the load average at 2.5-6, so single figures vary by up
+    to 2x between runs), F(2x2)'s time over the im2col rule's at batch 8: 256->256 channels at 56x56
+    0.52-0.75x, 512->512 at 28x28 0.74-0.92x, 256->512 at 28x28 0.81-1.10x; below 256 channels or
+    6272 output pixels it did not win reliably (64->64 at 56x56 0.97-2.3x, 128->128 at 28x28
+    0.72-4.7x, 512->512 at 14x14 1.3-1.6x), and at batch 1 it lost at every shape (1.0x to 12x: the
+    two transforms' parallel passes and 16 small products cost more than the products save).
+    F(4x4, 3x3) was faster still at some shapes (0.46-0.80x at load 2.5) but its float32 error is
+    20-50x PyTorch's, so it is not chosen. Inside VGG-11 at batch 8 the three convs it takes ran
+    in 221, 140 and 181 ms against im2col's 296, 130 and 260 ms, but the whole model moved only
+    0.92-1.15x of numba without Winograd (four interleaved runs at load 3.4-6).
     """
     batch, channels = x.shape[:2]
     out_channels = out.shape[1]
