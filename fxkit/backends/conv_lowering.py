@@ -15,6 +15,8 @@ computes in **channels-last** memory and keeps its buffers:
   product covers every image; from
   `PARALLEL_MIN_COLUMNS` column elements a numba kernel gathers the windows
   on every thread instead, zeros for the padding (no padded copy).
+* **winograd** (large 3x3, stride-1 convs, `fxkit.backends.winograd_conv.lower_winograd`):
+  F(2x2, 3x3) tiles, 16 products of ``(tiles, C) @ (C, OC)``, the transforms in numba.
 * **depthwise** (``groups == in_channels``, one input channel per filter): the
   channels-last numba kernel of `fxkit.backends.numba_conv`, no columns at all.
 
@@ -324,6 +326,12 @@ def lower_conv2d(node):
                               f"channels, {threads}")
     if groups != 1:
         return None, Decision(node.name, "numpy conv2d", f"grouped ({groups} groups) but not depthwise")
+    if (kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1):
+        from fxkit.backends.winograd_conv import lower_winograd  # NOTE: numba loads only when a 3x3 conv is lowered
+
+        chosen = lower_winograd(node.name, x, out, pads)
+        if chosen is not None:
+            return chosen
     rows = out.shape[0] * out.shape[2] * out.shape[3]
     if rows < oc:
         return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
