@@ -30,6 +30,9 @@ that
   ``view`` of one (or of an elementwise result or max pool of one) runs as
   ``reshape``, and the cost model prices a group broadcasting over one as
   its kernel's strided entry would run.
+* ``linear`` with a parameter weight multiplies by a ``(in, out)`` copy of
+  it (`fxkit.backends.linear_lowering`: OpenBLAS packs a transposed operand
+  on every call);
 * float32 ``scaled_dot_product_attention`` without dropout runs its two
   products in numpy and everything between them as one numba pass per row
   (`fxkit.backends.numba_attention`).
@@ -60,6 +63,7 @@ from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_value
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
+from fxkit.backends.linear_lowering import LINEAR_RULES
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
 from fxkit.backends.split_bias import SplitLinearBias
@@ -104,20 +108,24 @@ class NumbaBackend(NumpyBackend):
 
         order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
         decisions = []
-        calls = {}
+        calls, in_order = {}, set()  # in_order: nodes whose calls give memory in their shape's order (not convs)
         for node in gm.graph.nodes:
             if node.op == "call" and node.target in CONV_RULES:
                 call, decision = CONV_RULES[node.target](node)
+            elif node.op == "call" and node.target in LINEAR_RULES:
+                call, decision = LINEAR_RULES[node.target](node)
+                in_order.add(node)
             elif node.op == "call" and node.target is ATTENTION:
                 from fxkit.backends.numba_attention import lower_attention  # NOTE: see the numba import above
 
                 call, decision = lower_attention(node)
+                in_order.add(node)
             else:
                 continue
             decisions.append(decision)
             if call is not None:
                 calls[node] = call
-        reordered = reordered_values(gm.graph.nodes, calls)
+        reordered = reordered_values(gm.graph.nodes, {n: c for n, c in calls.items() if n not in in_order})
         while True:  # NOTE: a pool lowered channels-last makes its readers' inputs channels-last in turn
             lowered = False
             for node in gm.graph.nodes:
@@ -131,7 +139,7 @@ class NumbaBackend(NumpyBackend):
                         lowered = True
             if not lowered:
                 break
-            reordered = reordered_values(gm.graph.nodes, calls)
+            reordered = reordered_values(gm.graph.nodes, {n: c for n, c in calls.items() if n not in in_order})
         decisions += reshape_reordered_views(gm.graph, reordered)
         sources = {}
         for node in list(gm.graph.nodes):
