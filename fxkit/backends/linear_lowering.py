@@ -15,10 +15,12 @@ rules keep their packed weights (`fxkit.backends.conv_lowering`).
 
 With few rows (at most `FEW_ROWS`) and a long enough dot product (at least
 `FEW_ROWS_MIN_DEPTH`), the product is a stream of the weight instead, and
-`FewRowsLinear` runs `fxkit.backends.numba_linear`'s kernel on the weight as
-it is (no copy), the bias added as it stores: ViT-B/16 at batch 1 (17 rows)
-ran in 0.73x the time of its packed-BLAS forward (one thread; 0.60x for
-ConvNeXt-T at batch 1, whose last two stages have 16 and 4 rows).
+when numba runs on one thread `LinearCall` runs
+`fxkit.backends.numba_linear`'s kernel on the weight as it is (no copy), the
+bias added as it stores: ViT-B/16 at batch 1 (17 rows) ran in 0.73x the
+time of its packed-BLAS forward (0.60x for ConvNeXt-T at batch 1, whose last
+two stages have 16 and 4 rows). With more threads BLAS keeps the product:
+the kernel spread over numba's threads lost inside models (see that module).
 
 `LINEAR_RULES` maps the registry op to its rule, as `CONV_RULES` does for
 ``conv2d``. The rule takes a ``linear`` whose weight is a 2-D float32 or
@@ -37,27 +39,43 @@ from fxkit.runtime.registry import get_op
 
 _FLOATS = ("float32", "float64")
 FEW_ROWS = 24
-"""Input rows up to which `FewRowsLinear` streams the weight (17 rows: 0.6x to 0.8x OpenBLAS's time on
-the reference machine's 2 threads; 32 rows: no gain)."""
+"""Input rows up to which the few-rows kernel streams the weight (17 rows: 0.76x to 0.89x OpenBLAS's
+time on one thread; 32 rows: no gain)."""
 FEW_ROWS_MIN_DEPTH = 256
-"""Least ``in_features`` for `FewRowsLinear`: shorter dot products spend their time in the sums'
+"""Least ``in_features`` for the few-rows kernel: shorter dot products spend their time in the sums'
 final reductions (``(8, 64) @ (64, 64)``: 3x numpy's time)."""
 
 
 class LinearCall:
-    """``linear(input, weight[, bias])`` on raw arrays, the weight read from its ``(in, out)`` copy.
+    """``linear(input, weight[, bias])`` on raw arrays, the weight read from its ``(in, out)`` copy, or
+    over few rows on one thread by `fxkit.backends.numba_linear`'s kernel.
 
     Args:
         name: the name generated code calls it by.
+        few_rows: ``(result shape, dtype)`` when the node qualifies for the few-rows kernel, else None.
     """
 
-    __slots__ = ("__name__", "_weight", "_writes", "_packed")
+    __slots__ = ("__name__", "_weight", "_writes", "_packed", "_shape", "_zeros", "_kernel", "_single_threaded")
 
-    def __init__(self, name):
+    def __init__(self, name, few_rows=None):
         self.__name__ = name
         self._weight, self._writes, self._packed = None, None, None
+        self._shape = self._zeros = self._kernel = self._single_threaded = None
+        if few_rows is not None:
+            from fxkit.backends import numba_linear  # NOTE: numba loads only when this kernel may run
+
+            self._shape, dtype = few_rows
+            self._zeros = np.zeros(self._shape[-1], dtype)
+            self._kernel, self._single_threaded = numba_linear.few_rows_linear, numba_linear.single_threaded
+            numba_linear.warm(dtype)
 
     def __call__(self, input, weight, bias=None):  # noqa: A002
+        if self._kernel is not None and self._single_threaded():
+            rows = np.ascontiguousarray(input.reshape(-1, input.shape[-1]))
+            out = np.empty(self._shape, rows.dtype)
+            self._kernel(out.reshape(rows.shape[0], -1), rows, np.ascontiguousarray(weight),
+                         self._zeros if bias is None else bias)
+            return out
         if self._weight is not weight or self._writes != WRITES[0]:
             self._weight, self._writes, self._packed = weight, WRITES[0], np.ascontiguousarray(weight.T)
         # NOTE: more than 2 dims run as one (rows, in_features) product (see the registry's linear).
@@ -73,41 +91,8 @@ class LinearCall:
         return f"<LinearCall {self.__name__}>"
 
 
-class FewRowsLinear:
-    """``linear(input, weight[, bias])`` over at most `FEW_ROWS` rows: `fxkit.backends.numba_linear`'s kernel.
-
-    Args:
-        name: the name generated code calls it by.
-        out_meta: the node's result (shape and dtype).
-        weight_shape: ``(out_features, in_features)``.
-    """
-
-    __slots__ = ("__name__", "shape", "_kernel", "_zeros")
-
-    def __init__(self, name, out_meta, weight_shape):
-        from fxkit.backends import numba_linear  # NOTE: numba loads only when this kernel is picked
-
-        self.__name__ = name
-        self.shape = tuple(out_meta.shape)
-        dtype = out_meta.dtype.np
-        parallel = math.prod(weight_shape) >= numba_linear.PARALLEL_MIN_WEIGHT
-        self._kernel = numba_linear.few_rows_linear if parallel else numba_linear.few_rows_linear_serial
-        self._zeros = np.zeros(weight_shape[0], dtype)
-        numba_linear.warm(dtype)
-
-    def __call__(self, input, weight, bias=None):  # noqa: A002
-        rows = np.ascontiguousarray(input.reshape(-1, input.shape[-1]))
-        out = np.empty(self.shape, rows.dtype)
-        self._kernel(out.reshape(rows.shape[0], -1), rows, np.ascontiguousarray(weight),
-                     self._zeros if bias is None else bias)
-        return out
-
-    def __repr__(self):
-        return f"<FewRowsLinear {self.__name__}>"
-
-
 def lower_linear(node):
-    """``(LinearCall, FewRowsLinear or None, Decision)`` for a ``linear`` node (see the module docstring).
+    """``(LinearCall or None, Decision)`` for a ``linear`` node (see the module docstring).
 
     A node it takes gets its bias as a third positional argument (generated code
     passes a call its node's positional arguments only).
@@ -137,11 +122,11 @@ def lower_linear(node):
     if (all(isinstance(d, int) for d in leading) and math.prod(leading) <= FEW_ROWS
             and in_features >= FEW_ROWS_MIN_DEPTH and isinstance(out, TensorMeta)
             and (bias is None or (isinstance(bias_meta, TensorMeta) and tuple(bias_meta.shape) == (out_features,)))):
-        rows = math.prod(leading)
-        call = FewRowsLinear(f"{node.name}_few_rows", out, (out_features, in_features))
-        return call, Decision(node.name, f"numba kernel {call.__name__}",
-                              f"{rows} rows: the ({out_features}, {in_features}) weight streamed once, no "
-                              f"packing")
+        call = LinearCall(f"{node.name}_few_rows", (tuple(out.shape), out.dtype.np))
+        return call, Decision(node.name, f"numba kernel or BLAS {call.__name__}",
+                              f"{math.prod(leading)} rows: on one thread the ({out_features}, {in_features}) "
+                              f"weight streamed once by a numba kernel, on more BLAS against its "
+                              f"({in_features}, {out_features}) copy")
     call = LinearCall(f"{node.name}_packed")
     return call, Decision(node.name, f"BLAS product {call.__name__}",
                           f"weight kept as ({in_features}, {out_features}) C-contiguous: OpenBLAS packs a "

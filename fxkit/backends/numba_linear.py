@@ -6,10 +6,18 @@ multiply-adds. OpenBLAS still packs the weight into its panel layout first,
 and measured 1.4x to 1.8x PyTorch's (MKL's) time at such shapes even with the
 weight stored ``(in, out)`` (2 threads, minimum of 25 runs). Here the
 weight stays in PyTorch's ``(out, in)`` layout, whose rows are the dot
-products' contiguous operands: a task takes four weight rows and walks the
-input rows two at a time, eight sums over ``k`` kept in SIMD registers (the
-sums may reassociate, as BLAS's blocked sums do), and adds the bias as it
-stores. The same shapes took 0.63x to 0.82x OpenBLAS's time on 2 threads.
+products' contiguous operands: the kernel takes four weight rows at a time
+and walks the input rows two at a time, eight sums over ``k`` kept in SIMD
+registers (the sums may reassociate, as BLAS's blocked sums do), and adds
+the bias as it stores: 0.76x to 0.89x OpenBLAS's time at those shapes on one
+thread.
+
+It runs on the calling thread only. Spread over numba's threads it took 0.63x
+to 0.82x OpenBLAS's two-threaded time in a loop of calls, but inside a model
+(ViT-B/16 at batch 1: 48 such products between other ops) each call wakes
+numba's sleeping threads, and on the shared reference machine (load average
+~4 on 2 cores) the forward took 2.7x as long as with OpenBLAS, whose threads
+spin between products; ConvNeXt-T, alternating the two pools, 2.6x.
 
 Imported by `fxkit.backends.linear_lowering` only when a numba specialisation
 picks this kernel: numba takes ~0.5 s to import.
@@ -18,8 +26,6 @@ import numba
 import numpy as np
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy", "fastmath": {"reassoc", "contract"}}
-PARALLEL_MIN_WEIGHT = 1 << 18
-"""Weight elements (1 MB of float32) from which the weight rows are spread over numba's threads."""
 
 
 @numba.njit(**_JIT)
@@ -32,12 +38,13 @@ def _store(out, bias, m, n, end, first, second):
 
 
 @numba.njit(**_JIT)
-def _weight_rows(out, x, w, bias, first, count):
-    """``out[:, first:first + count] = x @ w[first:first + count].T + bias[first:first + count]``."""
+def few_rows_linear(out, x, w, bias):
+    """``out = x @ w.T + bias`` for C-contiguous ``x`` ``(M, K)``, ``w`` ``(N, K)``, ``bias`` ``(N,)``
+    (zeros for a layer without one), ``out`` ``(M, N)``."""
     rows, depth = x.shape
     zero = out.dtype.type(0)
-    n = first
-    end = first + count
+    end = w.shape[0]
+    n = 0
     while n < end:
         w0 = w[n]
         w1 = w[min(n + 1, end - 1)]
@@ -68,25 +75,13 @@ def _weight_rows(out, x, w, bias, first, count):
         n += 4
 
 
-@numba.njit(parallel=True, **_JIT)
-def few_rows_linear(out, x, w, bias):
-    """``out = x @ w.T + bias`` for C-contiguous ``x`` ``(M, K)``, ``w`` ``(N, K)``, ``bias`` ``(N,)``
-    (zeros for a layer without one), ``out`` ``(M, N)``; blocks of weight rows on numba's threads."""
-    n = w.shape[0]
-    blocks = (n + 63) // 64
-    for block in numba.prange(blocks):
-        first = block * 64
-        _weight_rows(out, x, w, bias, first, min(64, n - first))
-
-
-@numba.njit(**_JIT)
-def few_rows_linear_serial(out, x, w, bias):
-    """`few_rows_linear` on the calling thread (a weight below `PARALLEL_MIN_WEIGHT` elements)."""
-    _weight_rows(out, x, w, bias, 0, w.shape[0])
+def single_threaded():
+    """Whether numba's kernels run on one thread (`few_rows_linear` then beats BLAS; see the module
+    docstring)."""
+    return numba.get_num_threads() == 1
 
 
 def warm(dtype):
-    """Compile both entry points for ``dtype`` now (the specialisation's compile time, not its first call)."""
-    out, w = np.zeros((1, 1), dtype), np.zeros((1, 1), dtype)
-    for kernel in (few_rows_linear, few_rows_linear_serial):
-        kernel(out, w, w, np.zeros(1, dtype))
+    """Compile `few_rows_linear` for ``dtype`` now (the specialisation's compile time, not its first call)."""
+    out = np.zeros((1, 1), dtype)
+    few_rows_linear(out, out, out, np.zeros(1, dtype))

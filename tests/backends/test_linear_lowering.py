@@ -77,27 +77,38 @@ def test_computed_weight_keeps_registry_op(rng):
     assert "numpy linear (the weight is computed at run time" in compiled.explain()
 
 
-@pytest.mark.parametrize("kernel", ["few_rows_linear", "few_rows_linear_serial"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows, out_features", [(1, 3), (2, 4), (5, 67), (24, 130)])
-def test_few_rows_kernel_matches_float64_reference(rows, out_features, dtype, kernel, rng):
-    """Every remainder of the kernel's 4 weight rows by 2 input rows, on both entries."""
+def test_few_rows_kernel_matches_float64_reference(rows, out_features, dtype, rng):
+    """Every remainder of the kernel's 4 weight rows by 2 input rows."""
     from fxkit.backends import numba_linear
 
     x = (rng.random((rows, 300)) * 2 - 1).astype(dtype)
     weight = (rng.random((out_features, 300)) * 2 - 1).astype(dtype)
     bias = (rng.random(out_features) * 2 - 1).astype(dtype)
     out = np.full((rows, out_features), np.nan, dtype)
-    getattr(numba_linear, kernel)(out, x, weight, bias)
+    numba_linear.few_rows_linear(out, x, weight, bias)
     np.testing.assert_allclose(out, _reference(x, weight, bias), **TOL[dtype])
 
 
+@pytest.fixture(params=[1, 2], ids=["one-thread-kernel", "threads-blas"])
+def numba_threads(request):
+    """numba's thread count for the test: one runs the few-rows kernel, more run BLAS."""
+    numba = pytest.importorskip("numba")
+    if request.param > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has one thread here")
+    saved = numba.get_num_threads()
+    numba.set_num_threads(request.param)
+    yield request.param
+    numba.set_num_threads(saved)
+
+
 @pytest.mark.parametrize("bias", [True, False])
-def test_few_rows_layer_matches_float64_reference(bias, rng):
-    """A ViT-like layer at batch 1 (17 tokens, 256 features in) takes the few-rows kernel."""
+def test_few_rows_layer_matches_float64_reference(bias, numba_threads, rng):
+    """A ViT-like layer at batch 1 (17 tokens, 256 features in) takes the few-rows path."""
     layer = nn.Linear(256, 70, bias=bias)
     x = (rng.random((1, 17, 256)) * 2 - 1).astype(np.float32)
     compiled, out = _compiled(layer, x)
     expected = _reference(x, layer.weight.numpy(), layer.bias.numpy() if bias else None)
     np.testing.assert_allclose(out, expected, **TOL[np.float32])
-    assert "17 rows: the (70, 256) weight streamed once" in compiled.explain()
+    assert "17 rows: on one thread the (70, 256) weight streamed once" in compiled.explain()
