@@ -112,3 +112,14 @@ def test_few_rows_layer_matches_float64_reference(bias, numba_threads, rng):
     expected = _reference(x, layer.weight.numpy(), layer.bias.numpy() if bias else None)
     np.testing.assert_allclose(out, expected, **TOL[np.float32])
     assert "17 rows: on one thread the (70, 256) weight streamed once" in compiled.explain()
+
+
+@pytest.mark.parametrize("shape, choice", [((2, 17, 512), "numpy linear (the 600x512 weight streams from memory"),
+                                           ((1, 17, 512), "on more BLAS against weight.T")])
+def test_large_weight_keeps_transposed_read(shape, choice, numba_threads, rng):
+    """A weight over `PACK_MAX_BYTES` (1.2 MB) gets no (in, out) copy, over many rows or few."""
+    layer = nn.Linear(512, 600)
+    x = (rng.random(shape) * 2 - 1).astype(np.float32)
+    compiled, out = _compiled(layer, x)
+    np.testing.assert_allclose(out, _reference(x, layer.weight.numpy(), layer.bias.numpy()), **TOL[np.float32])
+    assert choice in compiled.explain()
