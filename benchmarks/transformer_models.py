@@ -1,8 +1,8 @@
-"""Issue 19's transformer-style models: ``fxkit.compile(backend="numba")`` against PyTorch eager.
+"""Issue 19's transformer-style models: ``fxkit.compile(backend="numba")`` against PyTorch eager and numpy.
 
     python benchmarks/transformer_models.py                          # all five, batch 1 and 8, 2 threads
     python benchmarks/transformer_models.py --models vit_b_16 --batches 8 --repeats 15
-    python benchmarks/transformer_models.py --profile BertModel      # per-op time of the compiled module
+    python benchmarks/transformer_models.py --profile BertModel      # per-statement time of the compiled module
 
 Models: the corpus's torchvision vit_b_16 and convnext_tiny (64x64) and transformers' BertModel and
 LlamaForCausalLM (tiny configs), imported by ``fxkit.from_torch`` with a symbolic batch, and
@@ -13,12 +13,16 @@ Each round times every contender once, one after the other (the contenders take 
 both see the same load), a round being a rest of `PAUSE`, one untimed call, then a few calls (at
 least ``--min-seconds``) averaged; each
 keeps the median of ``--repeats`` rounds (>= 9 for issue 19). Every contender gets
-``--threads`` threads (PyTorch's intra-op pool, BLAS through threadpoolctl, numba). The table
-prints the ratio fxkit / PyTorch (target <= 1.0x) and the max relative error of fxkit against
-PyTorch; the load average is printed with it: the machine may be shared.
+``--threads`` threads (PyTorch's intra-op pool, BLAS through threadpoolctl, numba). The
+contenders are PyTorch eager, the numba compilation and the numpy one; the table prints the
+ratios numba / PyTorch and numba / numpy (issue 19: both <= 1.0x) and the max relative error of
+the numba compilation against PyTorch; the load average is printed with it: the machine may be
+shared.
 """
 import argparse
+import ast
 import os
+import re
 import statistics
 import sys
 import time
@@ -67,8 +71,8 @@ def max_error(actual, expected):
                for a, e in zip(flat(actual), flat(expected)))
 
 
-def corpus_pair(name, batch):
-    """``(torch call, fxkit compiled call)`` of a corpus model at ``batch``."""
+def corpus_pair(name, batch, backend="numba"):
+    """``(torch call, fxkit compiled call, compiled module)`` of a corpus model at ``batch``."""
     import torch
 
     from tests.interop.test_from_torch_corpus import imported
@@ -76,7 +80,7 @@ def corpus_pair(name, batch):
     entry, gm = imported(CORPUS[name])
     inputs = entry.make_inputs(batch, 1)
     ours = [fxkit.from_numpy(np.ascontiguousarray(x.numpy())) for x in inputs]
-    compiled = fxkit.compile(gm, backend="numba", example_inputs=ours)
+    compiled = fxkit.compile(gm, backend=backend, example_inputs=ours)
     kwargs = entry.kwargs(inputs)
 
     def torch_call():
@@ -86,8 +90,8 @@ def corpus_pair(name, batch):
     return torch_call, lambda: compiled(*ours), compiled
 
 
-def block_pair(batch):
-    """``(torch call, fxkit compiled call)`` of the transformer block, equal weights."""
+def block_pair(batch, backend="numba"):
+    """``(torch call, fxkit compiled call, compiled module)`` of the transformer block, equal weights."""
     import torch
 
     from tests.models.torch_reference import TransformerBlock as TorchBlock
@@ -102,7 +106,7 @@ def block_pair(batch):
     model.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()})
     x = np.random.default_rng(1).standard_normal((batch, *BLOCK_SHAPE)).astype(np.float32)
     xt, ours = torch.from_numpy(x), fxkit.from_numpy(x)
-    compiled = fxkit.compile(model, backend="numba", example_inputs=[ours])
+    compiled = fxkit.compile(model, backend=backend, example_inputs=[ours])
 
     def torch_call():
         with torch.no_grad():
@@ -111,8 +115,8 @@ def block_pair(batch):
     return torch_call, lambda: compiled(ours), compiled
 
 
-def pair(name, batch):
-    return block_pair(batch) if name == "TransformerBlock" else corpus_pair(name, batch)
+def pair(name, batch, backend="numba"):
+    return block_pair(batch, backend) if name == "TransformerBlock" else corpus_pair(name, batch, backend)
 
 
 PAUSE = 0.2
@@ -142,36 +146,58 @@ def interleaved_medians(fns, repeats, min_seconds):
     return [statistics.median(t) for t in times]
 
 
+def timed_forward(lowered):
+    """``(forward, statements, seconds)``: ``lowered``'s generated forward again, each statement between
+    two clock reads (``seconds[i]``: the times of ``statements[i]``, one per call).
+
+    A tracing profiler (``sys.settrace``) runs the Python inside every op under its hook and its
+    figures grew many times over; these clock reads cost well under a microsecond a statement.
+    """
+    tree = ast.parse(lowered.code)
+    function = tree.body[0]
+    statements, body = [], []
+    for statement in function.body:
+        if isinstance(statement, ast.Return) or (isinstance(statement, ast.Assign) and
+                                                 isinstance(statement.value, ast.Constant)):
+            body.append(statement)  # the result, or references dropped (``x = None``)
+            continue
+        body += ast.parse("_start = _clock()").body + [statement]
+        body += ast.parse(f"_seconds[{len(statements)}].append(_clock() - _start)").body
+        statements.append(ast.unparse(statement))
+    function.body = body
+    seconds = [[] for _ in statements]
+    namespace = dict(lowered.fn.__globals__, _clock=time.perf_counter, _seconds=seconds)
+    exec(compile(ast.fix_missing_locations(tree), lowered.filename, "exec"), namespace)
+    return namespace[function.name], statements, seconds
+
+
 def profile(name, batch, calls):
-    """Seconds per generated line of the compiled module (one line per graph node), top 25."""
+    """Time of each statement of the compiled module (one statement per graph node), top 25, and the
+    total by callee (``linear_3_packed`` counts as ``linear_packed``, a fused kernel by the node it
+    makes: ``fused -> gelu``); minimum over ``calls`` calls, so a busy machine's stalls drop out."""
     _, ours_call, compiled = pair(name, batch)
     ours_call()
-    lowered = compiled._last.lowered
-    totals = {}
-    last = [None, 0.0]  # the generated line running now, and since when
-
-    def tracer(frame, event, arg):
-        if frame.f_code.co_filename != lowered.filename:
-            return None
-        if event in ("line", "return"):
-            now = time.perf_counter()
-            if last[0] is not None:
-                totals[last[0]] = totals.get(last[0], 0.0) + now - last[1]
-            last[0], last[1] = (frame.f_lineno if event == "line" else None), time.perf_counter()
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        for _ in range(calls):
-            ours_call()
-    finally:
-        sys.settrace(None)
-    lines = lowered.code.splitlines()
-    total = sum(totals.values())
-    print(f"{name} batch {batch}: {total / calls * 1e3:.2f} ms per call in generated lines")
-    for lineno, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:25]:
-        text = lines[lineno - 1].strip() if lineno - 1 < len(lines) else "?"
-        print(f"{seconds / calls * 1e3:8.3f} ms  {100 * seconds / total:5.1f}%  {text[:110]}")
+    entry = compiled._last
+    forward, statements, seconds = timed_forward(entry.lowered)
+    compiled._last = entry._replace(lowered=entry.lowered._replace(fn=forward))
+    start = time.perf_counter()
+    for _ in range(calls):
+        ours_call()
+    per_call = (time.perf_counter() - start) / calls
+    least = [min(s) for s in seconds]
+    print(f"{name} batch {batch}: {per_call * 1e3:.2f} ms per call (mean), statements' minima add up to "
+          f"{sum(least) * 1e3:.2f} ms; load average {os.getloadavg()[0]:.2f}")
+    kinds = {}
+    for text, t in zip(statements, least):
+        result, _, call = text.partition(" = ")
+        callee = re.sub(r"_\d+", "", call.split("(")[0])
+        kind = f"fused -> {re.sub(r'_[0-9]+', '', result)}" if callee == "fused" else callee
+        kinds[kind] = kinds.get(kind, 0.0) + t
+    for kind, t in sorted(kinds.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"{t * 1e3:8.3f} ms  {100 * t / sum(least):5.1f}%  {kind}")
+    print("statements:")
+    for t, text in sorted(zip(least, statements), reverse=True)[:25]:
+        print(f"{t * 1e3:8.3f} ms  {100 * t / sum(least):5.1f}%  {text[:110]}")
 
 
 def main():
@@ -180,9 +206,9 @@ def main():
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=9,
-                        help="rounds per contender (median kept; >= 9); calls traced with --profile")
+                        help="rounds per contender (median kept; >= 9); calls timed with --profile")
     parser.add_argument("--min-seconds", type=float, default=0.05, help="least time of one round")
-    parser.add_argument("--profile", choices=MODELS, help="per-line time of one compiled model instead")
+    parser.add_argument("--profile", choices=MODELS, help="per-statement time of one compiled model instead")
     args = parser.parse_args()
     limits = limit_threads(args.threads)  # noqa: F841  (kept alive: the BLAS limit lasts as long as it)
     if args.profile:
@@ -191,14 +217,17 @@ def main():
         return
     print(f"fxkit.compile(numba) / PyTorch eager, median of {args.repeats} interleaved rounds, "
           f"{args.threads} threads each; load average before: {os.getloadavg()[0]:.2f}", flush=True)
-    print(f"{'model':<18}{'batch':>6}{'torch ms':>10}{'fxkit ms':>10}{'ratio':>8}{'target':>8}{'max rel err':>13}")
+    print(f"{'model':<18}{'batch':>6}{'torch ms':>10}{'numba ms':>10}{'numpy ms':>10}{'numba/torch':>13}"
+          f"{'numba/numpy':>13}{'target':>8}{'max rel err':>13}")
     for name in args.models:
         for batch in args.batches:
             torch_call, ours_call, _ = pair(name, batch)
+            numpy_call = pair(name, batch, backend="numpy")[1]
             error = max_error(ours_call(), torch_call())
-            torch_s, ours_s = interleaved_medians([torch_call, ours_call], args.repeats, args.min_seconds)
-            print(f"{name:<18}{batch:>6}{torch_s * 1e3:>10.2f}{ours_s * 1e3:>10.2f}{ours_s / torch_s:>7.2f}x"
-                  f"{'<= 1.0x':>8}{error:>13.1e}", flush=True)
+            torch_s, ours_s, numpy_s = interleaved_medians([torch_call, ours_call, numpy_call], args.repeats,
+                                                           args.min_seconds)
+            print(f"{name:<18}{batch:>6}{torch_s * 1e3:>10.2f}{ours_s * 1e3:>10.2f}{numpy_s * 1e3:>10.2f}"
+                  f"{ours_s / torch_s:>12.2f}x{ours_s / numpy_s:>12.2f}x{'<= 1.0x':>8}{error:>13.1e}", flush=True)
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 

@@ -32,6 +32,9 @@ that
   ``view`` of one (or of an elementwise result or max pool of one) runs as
   ``reshape``, and the cost model prices a group broadcasting over one as
   its kernel's strided entry would run.
+* ``linear`` with a parameter weight multiplies by a ``(in, out)`` copy of
+  it (`fxkit.backends.linear_lowering`: OpenBLAS packs a transposed operand
+  on every call);
 * float32 ``scaled_dot_product_attention`` without dropout runs its two
   products in numpy and everything between them as one numba pass per row
   (`fxkit.backends.numba_attention`).
@@ -64,6 +67,7 @@ from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_value
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
+from fxkit.backends.linear_lowering import LINEAR_RULES
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
 from fxkit.backends.split_bias import SplitLinearBias
@@ -122,22 +126,28 @@ class NumbaBackend(NumpyBackend):
 
         order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
         decisions = []
-        calls = {}
+        calls, in_order = {}, set()  # in_order: nodes whose calls give memory in their shape's order (not convs)
         chooser = ConvChooser(self.conv_choice)
         for node in gm.graph.nodes:
             if node.op == "call" and node.target in CONV_RULES:
-                call, decision = chooser.choose(node, *CONV_RULES[node.target](node), calls)
+                call, decision = chooser.choose(node, *CONV_RULES[node.target](node), _reordering(calls, in_order))
+            elif node.op == "call" and node.target in LINEAR_RULES:
+                call, decision = LINEAR_RULES[node.target](node)
+                in_order.add(node)
             elif node.op == "call" and node.target is ATTENTION:
                 from fxkit.backends.numba_attention import lower_attention  # NOTE: see the numba import above
 
                 call, decision = lower_attention(node)
+                in_order.add(node)
             else:
                 continue
             decisions.append(decision)
             if call is not None:
                 calls[node] = call
-        chooser.settle(gm.graph, calls, decisions)
-        reordered = reordered_values(gm.graph.nodes, calls)
+        reordering = _reordering(calls, in_order)
+        chooser.settle(gm.graph, reordering, decisions)
+        calls.update(reordering)
+        reordered = reordered_values(gm.graph.nodes, reordering)
         while True:  # NOTE: a pool lowered channels-last makes its readers' inputs channels-last in turn
             lowered = False
             for node in gm.graph.nodes:
@@ -151,7 +161,7 @@ class NumbaBackend(NumpyBackend):
                         lowered = True
             if not lowered:
                 break
-            reordered = reordered_values(gm.graph.nodes, calls)
+            reordered = reordered_values(gm.graph.nodes, _reordering(calls, in_order))
         decisions += reshape_reordered_views(gm.graph, reordered)
         sources = {}
         for node in list(gm.graph.nodes):
@@ -179,6 +189,12 @@ class NumbaBackend(NumpyBackend):
                     writers.add(node)  # NOTE: may write into a dead input of its shape (the conv's epilogue)
         decisions.sort(key=lambda d: order[d.node])
         return calls, kernels, writers, decisions
+
+
+def _reordering(calls, in_order):
+    """The lowered calls whose results may live in another memory order than their shape's (convs, pools):
+    ``calls`` without the nodes of ``in_order`` (linear, attention), whose results are plain arrays."""
+    return {node: call for node, call in calls.items() if node not in in_order}
 
 
 def reshape_reordered_views(graph, reordered):
