@@ -8,20 +8,18 @@ Models (random weights, eval mode): fxkit's zoo ResNet-18 and ResNet-50
 (`fxkit.models`) and torchvision's resnet18, resnet50, mobilenet_v2,
 efficientnet_b0 and vgg11 converted with `fxkit.from_torch` (issue 19). All
 contenders run in this one process on 2 threads (OMP/OpenBLAS/MKL/numba
-threads set before any import, ``torch.set_num_threads(2)``), one call of
-each in turn per round (after a rest of `PAUSE`, so the last contender's spinning
-workers are idle) so that load from elsewhere on the machine hits all of them alike; each figure is the median of ``--repeats`` rounds after a
-warm-up, printed in ms and as a ratio to PyTorch eager, with the load average
-when the model ran. Each contender's output is checked against PyTorch's.
+threads set before any import, ``torch.set_num_threads(2)``), each in turn per
+round (a rest, an untimed warm-up, then timed calls: `interleaved`), so that
+load from elsewhere on the machine hits all of them alike; each figure is the
+median of ``--repeats`` rounds, printed in ms and as a ratio to PyTorch eager,
+with the load average when the model ran. Each contender's output is checked against PyTorch's.
 
 The script uses public APIs only, so it measures another checkout too:
 ``PYTHONPATH=/path/to/other python benchmarks/convnets.py``.
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 THREADS = "2"
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
@@ -35,6 +33,7 @@ if ROOT not in sys.path:
 
 import fxkit  # noqa: E402
 import fxkit.models  # noqa: E402
+from interleaved import interleaved_rounds, median_wall  # noqa: E402  (benchmarks/interleaved.py)
 from tests.corpus.torchvision_import import import_torchvision  # noqa: E402  (torchvision beside CPU torch)
 
 TORCHVISION = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "vgg11")
@@ -82,24 +81,9 @@ def contenders(name, x):
     return calls, run_torch().numpy()
 
 
-PAUSE = 0.2
-"""Seconds of rest before each timed call: OpenBLAS, numba and PyTorch workers spin a while after a call
-(OpenBLAS's up to about 0.1 s), and on a 2-core machine they would take the cores of the contender that
-follows: without the rest, PyTorch's resnet18 at batch 1 took 116 ms here against 23 ms on its own."""
-
-
 def measure(calls, repeats):
-    """Median seconds per call of each contender over ``repeats`` interleaved rounds (after a warm-up)."""
-    times = {k: [] for k in calls}
-    for k, fn in calls.items():
-        fn()
-    for _ in range(repeats):
-        for k, fn in calls.items():
-            time.sleep(PAUSE)
-            start = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Median seconds per call of each contender over ``repeats`` interleaved rounds (`interleaved`)."""
+    return median_wall(interleaved_rounds(calls, repeats))
 
 
 def main():

@@ -6,9 +6,10 @@
 
 For each model and batch: ``fxkit.compile`` with the numpy and with the numba
 backend on the same inputs, both checked against each other, then timed in
-this one process, one call of each in turn per round after a rest of `PAUSE`
-(so one contender's spinning BLAS or numba workers are idle when the other
-starts) and load from elsewhere on the machine hits both alike. A row gives
+this one process, each in turn per round (a rest, so one contender's spinning
+BLAS or numba workers are idle when the other starts, an untimed warm-up,
+then timed calls: `interleaved`), so load from elsewhere on the machine hits
+both alike. A row gives
 the medians of ``--repeats`` rounds after a warm-up, their ratio
 numba/numpy beside the target (1.00; the verdict), the ratio of the two
 contenders' fastest rounds (``min nb/np``: on a loaded machine a forward's
@@ -26,7 +27,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 THREADS = "2"
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
@@ -40,9 +40,8 @@ if ROOT not in sys.path:
 
 import fxkit  # noqa: E402
 import fxkit.models  # noqa: E402
+from interleaved import interleaved_rounds  # noqa: E402  (benchmarks/interleaved.py)
 
-PAUSE = 0.2
-"""Seconds of rest before each timed call (see benchmarks/convnets.py: workers spin after a call)."""
 TARGET = 1.0
 """Issue 19: compiled numba at most as slow as compiled numpy."""
 SEED = 1
@@ -85,18 +84,9 @@ def max_relative_error(actual, expected):
 
 
 def measure(calls, repeats):
-    """``{contender: (median, minimum)}`` seconds per call over ``repeats`` interleaved rounds (after a
-    warm-up)."""
-    times = {k: [] for k in calls}
-    for fn in calls.values():
-        fn()
-    for _ in range(repeats):
-        for k, fn in calls.items():
-            time.sleep(PAUSE)
-            start = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - start)
-    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
+    """``{contender: (median, minimum)}`` seconds per call over ``repeats`` interleaved rounds."""
+    rounds = interleaved_rounds(calls, repeats)
+    return {k: (statistics.median(w for w, _ in v), min(w for w, _ in v)) for k, v in rounds.items()}
 
 
 def row(name, batch, repeats, imported):

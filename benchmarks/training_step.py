@@ -336,34 +336,19 @@ def ratio_steps(model, threads):
     return steps
 
 
-PAUSE = 0.2
-"""Seconds of rest before each timed step: OpenBLAS, numba and PyTorch workers spin a while after a call
-(OpenBLAS's up to about 0.1 s) and would take the 2 cores from the contender that follows."""
-
-
 def ratio_table(console, model, threads, rounds):
     """Issue 19's training-step ratios to PyTorch eager (target <= 1.2), interleaved in one process."""
-    import time
-
+    from interleaved import interleaved_rounds  # benchmarks/interleaved.py: rest, warm-up, timed steps
     from rich.table import Table
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(threads):
         steps = ratio_steps(model, threads)
-        for fn in steps.values():
-            fn()
-            fn()
-        kept = {name: [] for name in steps}
-        for _ in range(rounds):
-            for name, fn in steps.items():
-                time.sleep(PAUSE)
-                wall, cpu = time.perf_counter(), time.process_time()
-                fn()
-                kept[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+        kept = interleaved_rounds(steps, rounds)
     medians = {name: np.median(np.array(v), axis=0) for name, v in kept.items()}
     torch_wall, torch_cpu = medians["PyTorch eager"]
     table = Table("variant", "wall ms / step", "/ PyTorch eager (wall)", "/ PyTorch eager (CPU time)",
-                  title=f"{model} training step, median of {rounds} interleaved steps in one process, "
+                  title=f"{model} training step, median of {rounds} interleaved rounds in one process, "
                         f"{threads} thread(s) each (target <= 1.2x)")
     for name, (wall, cpu) in medians.items():
         table.add_row(name, f"{wall * 1e3:.2f}", f"{wall / torch_wall:.2f}x", f"{cpu / torch_cpu:.2f}x")

@@ -10,8 +10,8 @@ LlamaForCausalLM (tiny configs), imported by ``fxkit.from_torch`` with a symboli
 ``tests.models.torch_reference.TransformerBlock`` holding the same weights.
 
 Each round times every contender once, one after the other (the contenders take turns, so
-both see the same load), a round being a rest of `PAUSE`, one untimed call, then a few calls (at
-least ``--min-seconds``) averaged; each
+both see the same load), a round being a rest, untimed warm-up calls, then calls for at least
+``--min-seconds``, averaged (`interleaved`); each
 keeps the median of ``--repeats`` rounds (>= 9 for issue 19). Every contender gets
 ``--threads`` threads (PyTorch's intra-op pool, BLAS through threadpoolctl, numba). The
 contenders are PyTorch eager, the numba compilation and the numpy one; the table prints the
@@ -23,7 +23,6 @@ import argparse
 import ast
 import os
 import re
-import statistics
 import sys
 import time
 
@@ -34,6 +33,7 @@ sys.path.insert(0, ROOT)
 
 import fxkit  # noqa: E402
 import fxkit.models  # noqa: E402,F401  (TransformerBlock)
+from interleaved import interleaved_rounds, median_wall  # noqa: E402  (benchmarks/interleaved.py)
 
 MODELS = ("vit_b_16", "convnext_tiny", "TransformerBlock", "BertModel", "LlamaForCausalLM")
 CORPUS = {"vit_b_16": "torchvision/vit_b_16", "convnext_tiny": "torchvision/convnext_tiny",
@@ -119,31 +119,10 @@ def pair(name, batch, backend="numba"):
     return block_pair(batch, backend) if name == "TransformerBlock" else corpus_pair(name, batch, backend)
 
 
-PAUSE = 0.2
-"""Seconds of rest before each round: BLAS, numba and PyTorch workers spin a while after a call, and
-on a 2-core machine they would steal the cores of the contender that follows."""
-
-
-def one_round(fn, calls):
-    time.sleep(PAUSE)
-    fn()  # NOTE: the first call after the rest wakes the contender's sleeping workers: not timed
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
-
-
 def interleaved_medians(fns, repeats, min_seconds):
-    """Median seconds per call of each of ``fns``, over ``repeats`` rounds taken in turn."""
-    for fn in fns:
-        fn()
-        fn()
-    calls = [max(1, int(min_seconds / max(one_round(fn, 1), 1e-6))) for fn in fns]
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            times[i].append(one_round(fn, calls[i]))
-    return [statistics.median(t) for t in times]
+    """Median seconds per call of each of ``fns``, over ``repeats`` rounds taken in turn (`interleaved`)."""
+    medians = median_wall(interleaved_rounds(dict(enumerate(fns)), repeats, min_seconds))
+    return [medians[i] for i in range(len(fns))]
 
 
 def timed_forward(lowered):

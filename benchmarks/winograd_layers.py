@@ -5,8 +5,8 @@
 
 Each row is one 3x3, stride-1, padding-1 conv of ResNet-18/50 (64 channels at
 56x56 ... 512 at 7x7) or VGG-11 (3->64 at 224 ... 512 at 14). Contenders, all
-on 2 threads in this one process, one call of each in turn per round after a
-rest of `convnets.PAUSE`: the numba backend's im2col rule as
+on 2 threads in this one process, each in turn per round (a rest, a warm-up,
+timed calls: benchmarks/interleaved.py): the numba backend's im2col rule as
 `fxkit.backends.conv_lowering.lower_conv2d` picks it without Winograd
 (channel-major when the output has fewer pixels than channels, else
 channels-last im2col), the Winograd call with F(2x2, 3x3) and with F(4x4,
