@@ -18,12 +18,15 @@ have changed the weight), as the conv rules keep their packed weights
 
 With few rows (at most `FEW_ROWS`) and a long enough dot product (at least
 `FEW_ROWS_MIN_DEPTH`), the product is a stream of the weight instead, and
-when numba runs on one thread `LinearCall` runs
+when numba runs on one thread at lowering `LinearCall` runs
 `fxkit.backends.numba_linear`'s kernel on the weight as it is (no copy), the
 bias added as it stores: ViT-B/16 at batch 1 (17 rows) ran in 0.73x the
 time of its BLAS forward (one thread; 0.60x for ConvNeXt-T at batch 1, whose
 last two stages have 16 and 4 rows). With more threads BLAS keeps the product:
 the kernel spread over numba's threads lost inside models (see that module).
+The thread count is read once, at lowering, as the conv rules' choices are:
+asking numba for it on every call cost 0.67 us, the zoo MLP's whole margin
+over the numpy backend at batch 1.
 
 `LINEAR_RULES` maps the registry op to its rule, as `CONV_RULES` does for
 ``conv2d``. The rule takes a ``linear`` whose weight is a 2-D float32 or
@@ -61,27 +64,26 @@ class LinearCall:
     Args:
         name: the name generated code calls it by.
         pack: whether BLAS multiplies by the ``(in, out)`` copy (else by ``weight.T``).
-        few_rows: ``(result shape, dtype)`` when the node qualifies for the few-rows kernel, else None.
+        few_rows: ``(result shape, dtype)`` when the few-rows kernel runs the node, else None.
     """
 
-    __slots__ = ("__name__", "_pack", "_weight", "_writes", "_packed", "_shape", "_zeros", "_kernel",
-                 "_single_threaded")
+    __slots__ = ("__name__", "_pack", "_weight", "_writes", "_packed", "_shape", "_zeros", "_kernel")
 
     def __init__(self, name, pack, few_rows=None):
         self.__name__ = name
         self._pack = pack
         self._weight, self._writes, self._packed = None, None, None
-        self._shape = self._zeros = self._kernel = self._single_threaded = None
+        self._shape = self._zeros = self._kernel = None
         if few_rows is not None:
             from fxkit.backends import numba_linear  # NOTE: numba loads only when this kernel may run
 
             self._shape, dtype = few_rows
             self._zeros = np.zeros(self._shape[-1], dtype)
-            self._kernel, self._single_threaded = numba_linear.few_rows_linear, numba_linear.single_threaded
+            self._kernel = numba_linear.few_rows_linear
             numba_linear.warm(dtype)
 
     def __call__(self, input, weight, bias=None):  # noqa: A002
-        if self._kernel is not None and self._single_threaded():
+        if self._kernel is not None:
             rows = np.ascontiguousarray(input.reshape(-1, input.shape[-1]))
             out = np.empty(self._shape, rows.dtype)
             self._kernel(out.reshape(rows.shape[0], -1), rows, np.ascontiguousarray(weight),
@@ -136,15 +138,16 @@ def lower_linear(node):
     bias_meta = getattr(bias, "meta", {}).get("tensor_meta") if bias is not None else None
     out = node.meta.get("tensor_meta")
     pack = out_features * in_features * metas[1].dtype.np.itemsize <= PACK_MAX_BYTES
-    blas = (f"BLAS against its ({in_features}, {out_features}) copy" if pack else
-            f"BLAS against weight.T (the {out_features}x{in_features} weight streams from memory)")
     if (all(isinstance(d, int) for d in leading) and math.prod(leading) <= FEW_ROWS
             and in_features >= FEW_ROWS_MIN_DEPTH and isinstance(out, TensorMeta)
             and (bias is None or (isinstance(bias_meta, TensorMeta) and tuple(bias_meta.shape) == (out_features,)))):
-        call = LinearCall(f"{node.name}_few_rows", pack, (tuple(out.shape), out.dtype.np))
-        return call, Decision(node.name, f"numba kernel or BLAS {call.__name__}",
-                              f"{math.prod(leading)} rows: on one thread the ({out_features}, {in_features}) "
-                              f"weight streamed once by a numba kernel, on more {blas}")
+        from fxkit.backends.numba_linear import single_threaded  # NOTE: numba is loaded by the backend already
+
+        if single_threaded():
+            call = LinearCall(f"{node.name}_few_rows", pack, (tuple(out.shape), out.dtype.np))
+            return call, Decision(node.name, f"numba kernel {call.__name__}",
+                                  f"{math.prod(leading)} rows on one numba thread: the ({out_features}, "
+                                  f"{in_features}) weight streamed once")
     if not pack:
         return None, Decision(node.name, "numpy linear", f"the {out_features}x{in_features} weight streams from "
                                                          f"memory: BLAS reads weight.T")

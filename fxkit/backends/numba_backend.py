@@ -70,7 +70,7 @@ from fxkit.backends.kernel_source import fused_kernel_source
 from fxkit.backends.linear_lowering import LINEAR_RULES
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
-from fxkit.backends.split_bias import SplitLinearBias
+from fxkit.backends.split_bias import SplitLinearBias, rejoin_linear_biases
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
 from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.errors import LoweringError
@@ -177,6 +177,7 @@ class NumbaBackend(NumpyBackend):
                     sources[node] = source
                 else:
                     inline_group(gm.graph, node)
+        rejoin_linear_biases(gm.graph)
         kernels, writers = {}, set()
         for node in gm.graph.nodes:
             source = sources.get(node)

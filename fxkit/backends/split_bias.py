@@ -48,6 +48,28 @@ def split_linear_bias(gm):
     return SplitLinearBias()(gm)
 
 
+def rejoin_linear_biases(graph):
+    """Give each ``linear(x, w)`` read only by ``add(linear, b)`` of a 1-D ``b`` its bias back.
+
+    The split pays only when the add joins a fused kernel; a backend that then keeps numpy's ops
+    for the group (its cost model chose so) would run the add as a pass of its own, where the
+    registry's ``linear`` adds the bias to the fresh product inside its call (the zoo's MLP at
+    batch 1: 34 against 32.6 us a forward). Values are unchanged, as for the split.
+    """
+    for add in list(graph.find_nodes(op="call", target=_ADD)):
+        linear, bias = (add.args + (None, None))[:2]
+        if (add.kwargs or getattr(linear, "target", None) is not _LINEAR or len(linear.args) != 2
+                or linear.kwargs or set(linear.users) != {add} or getattr(bias, "op", None) != "get_attr"):
+            continue
+        bias_meta, out_meta = bias.meta.get("tensor_meta"), linear.meta.get("tensor_meta")
+        if (getattr(bias_meta, "shape", None) is None or getattr(out_meta, "shape", None) is None
+                or tuple(bias_meta.shape) != tuple(out_meta.shape[-1:]) or bias_meta.dtype != out_meta.dtype):
+            continue
+        linear.args = linear.args + (bias,)
+        add.replace_all_uses_with(linear)
+        graph.erase_node(add)
+
+
 def _elementwise(node):
     target = node.target
     return node.op == "call" and isinstance(target, Op) and target.kind == "elementwise" and target.pure
