@@ -49,7 +49,9 @@ def _scale(out):
 def test_zoo_models_match_eager(name, rng):
     model, _ = zoo_model(name)
     compiled = fxkit.compile(model, backend="numba", example_inputs=ZOO_SHAPES[name])
-    assert compiled.kernel_sources(), "the numba backend generated no kernel"
+    # NOTE: the cost model may run ReLU tails as numpy's in-place ufuncs; something of the numba backend's
+    # own (a kernel, a conv or linear rule) must run
+    assert any(not d.choice.startswith("numpy") for d in compiled._last.lowered.decisions), compiled.explain()
     for _ in range(2):  # fresh inputs, never the ones it was compiled for
         inputs = tuple(randn(rng, *s) for s in ZOO_SHAPES[name])
         expected = model(*inputs)
@@ -170,15 +172,19 @@ def test_row_groups_leave_shared_producers_and_impure_neighbours_alone(rng):
 
 @pytest.mark.slow
 def test_splitting_the_bias_off_linear_keeps_results_bit_identical(rng):
-    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh()).eval()
+    # NOTE: GELU, not a cheap activation: numpy's in-place ufuncs would win a ReLU or tanh tail over 160
+    # elements, and the bias would rejoin the linear (rejoin_linear_biases)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU()).eval()
     x = randn(rng, 5, 16)
     compiled = fxkit.compile(model, backend="numba")
     got = compiled(x)
-    assert fused_bodies(compiled) == [["add", "tanh"]]
+    assert fused_bodies(compiled) == [["add", "gelu"]]
     w, b = model[0].weight.numpy(), model[0].bias.numpy()
     product = x.numpy() @ w.T
     product += b
-    np.testing.assert_allclose(got.numpy(), np.tanh(product.astype(np.float64)), rtol=1e-6, atol=1e-7)
+    exact = product.astype(np.float64)
+    expected = 0.5 * exact * (1.0 + np.vectorize(math.erf)(exact / math.sqrt(2.0)))
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_the_lstm_cell_tail_is_at_most_two_kernels(rng):
