@@ -140,9 +140,17 @@ def channel_moments(xp, rows):
 
 def _channel_affine(xp, x, scale, shift, shape):
     """``x * scale + shift`` with ``scale`` and ``shift`` reshaped to ``shape`` (per channel,
-    or per sample and channel), one multiply and one in-place add over the data."""
+    or per sample and channel), one multiply and one in-place add over the data.
+
+    Half types are computed in float32 and rounded once, as PyTorch does: ``x * scale`` and
+    ``shift`` nearly cancel where the mean is large against the spread, and rounding scale,
+    shift and the product to float16 each put errors of up to 3.6 float16 ulps into an
+    instance norm of 8 values.
+    """
     if x.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(_channel_affine, xp, x, scale, shift, shape)
+    if x.dtype == xp.float16:
+        return _channel_affine(xp, x.astype(xp.float32), scale, shift, shape).astype(xp.float16)
     out = xp.multiply(x, scale.astype(x.dtype, copy=False).reshape(shape))
     out += shift.astype(x.dtype, copy=False).reshape(shape)
     return out
