@@ -76,7 +76,7 @@ def input_layout(node, calls):
     call = calls.get(node)
     if call is not None:
         return "channel-major" if isinstance(call, ChannelMajorConv) else "channels-last"
-    if node.op == "call" and (isinstance(node.target, FusedOp) or getattr(node.target, "kind", None) == "elementwise"):
+    if _elementwise(node):
         rank = _rank(node)
         for arg in node.args:
             if hasattr(arg, "meta") and _rank(arg) == rank:

@@ -57,7 +57,7 @@ import sys
 import numpy as np
 
 from fxkit.backends.cost_model import Decision
-from fxkit.runtime.autograd.autograd_meta import WRITES
+from fxkit.backends.packed_weight import packed_weight
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.conv import conv_geometry, ntuple
 from fxkit.runtime.registry import get_op
@@ -131,14 +131,6 @@ class _ConvCall:
         return f"<{type(self).__name__} {self.__name__} -> {self.shape}>"
 
 
-def _packed(call, weight, pack):
-    """``pack(weight)``, computed once per weight array (generated code passes the same constant each call)
-    and again after any tensor was written in place (`WRITES`: an optimizer step may have changed it)."""
-    if call._weight is not weight or call._writes != WRITES[0]:
-        call._weight, call._writes, call._packed = weight, WRITES[0], np.ascontiguousarray(pack(weight))
-    return call._packed
-
-
 class _ChannelsLast(_ConvCall):
     """A conv computed in channels-last memory: its input read as ``(N, H, W, C)``, its result an
     ``(N, OC, OH, OW)`` view of an ``(N, OH, OW, OC)`` buffer."""
@@ -172,7 +164,8 @@ class GemmConv(_ChannelsLast):
         n, h, w, c = rows.shape
         out = self._output()
         flat = out.reshape(n * h * w, -1)
-        np.matmul(rows.reshape(n * h * w, c), _packed(self, weight, lambda v: v.reshape(v.shape[0], c).T), out=flat)
+        np.matmul(rows.reshape(n * h * w, c), packed_weight(self, weight, lambda v: v.reshape(v.shape[0], c).T),
+                  out=flat)
         if bias is not None:
             flat += bias
         return out.transpose(0, 3, 1, 2)
@@ -203,7 +196,7 @@ class Im2colConv(_ChannelsLast):
             self._copy_windows(columns, rows, kh, kw)
         out = self._output()
         flat = out.reshape(n * oh * ow, oc)
-        np.matmul(columns, _packed(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(kh * kw * c, oc)),
+        np.matmul(columns, packed_weight(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(kh * kw * c, oc)),
                   out=flat)
         if bias is not None:
             flat += bias
@@ -292,7 +285,7 @@ class DepthwiseConv(_ChannelsLast):
 
     def __call__(self, x, weight, bias=None, *geometry):
         out = self._output()
-        taps = _packed(self, weight, lambda v: v[:, 0].transpose(1, 2, 0))
+        taps = packed_weight(self, weight, lambda v: v[:, 0].transpose(1, 2, 0))
         self._kernel(out, self._input(x), taps, self._zeros if bias is None else bias, *self.arguments)
         return out.transpose(0, 3, 1, 2)
 

@@ -12,9 +12,8 @@ against the weight stored ``(in_features, out_features)`` C-contiguous took
 weights stream from memory every call (ViT-B/16) the copy lost (see
 `PACK_MAX_BYTES`), so only weights up to that size get one. `LinearCall`
 keeps that copy of each such parameter weight, made on the first call and
-again after any tensor was written in place (`WRITES`: an optimizer step may
-have changed the weight), as the conv rules keep their packed weights
-(`fxkit.backends.conv_lowering`).
+again after any tensor was written in place (`fxkit.backends.packed_weight`:
+an optimizer step may have changed the weight), as the conv rules keep theirs.
 
 With few rows (at most `FEW_ROWS`) and a long enough dot product (at least
 `FEW_ROWS_MIN_DEPTH`), the product is a stream of the weight instead, and
@@ -39,7 +38,7 @@ import math
 import numpy as np
 
 from fxkit.backends.cost_model import Decision
-from fxkit.runtime.autograd.autograd_meta import WRITES
+from fxkit.backends.packed_weight import packed_weight
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.registry import get_op
 
@@ -89,13 +88,7 @@ class LinearCall:
             self._kernel(out.reshape(rows.shape[0], -1), rows, np.ascontiguousarray(weight),
                          self._zeros if bias is None else bias)
             return out
-        if not self._pack:
-            operand = weight.T
-        elif self._weight is not weight or self._writes != WRITES[0]:
-            self._weight, self._writes, self._packed = weight, WRITES[0], np.ascontiguousarray(weight.T)
-            operand = self._packed
-        else:
-            operand = self._packed
+        operand = packed_weight(self, weight, np.transpose) if self._pack else weight.T
         # NOTE: more than 2 dims run as one (rows, in_features) product (see the registry's linear).
         rows = input.reshape(math.prod(input.shape[:-1]), input.shape[-1]) if input.ndim != 2 else input
         out = np.matmul(rows, operand)

@@ -35,8 +35,9 @@ numba takes ~0.5 s to import.
 import numba
 import numpy as np
 
-from fxkit.backends.conv_lowering import _ChannelsLast, _packed
+from fxkit.backends.conv_lowering import _ChannelsLast
 from fxkit.backends.cost_model import Decision
+from fxkit.backends.packed_weight import packed_weight
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 # NOTE: the kernels of both tile sizes share a qualified name; numba's cache tells them apart by a
@@ -234,7 +235,7 @@ class WinogradConv(_ChannelsLast):
             self._products = np.empty((steps, count, oc), self.dtype)
         bt, at = self._coefficients
         self.transforms.input_tiles(self._tiles_in, rows, bt, tiles_h, tiles_w, *self.pads)
-        filters = _packed(self, weight, lambda v: self.transforms.filters(v, self.dtype))
+        filters = packed_weight(self, weight, lambda v: self.transforms.filters(v, self.dtype))
         np.matmul(self._tiles_in, filters, out=self._products)
         out = self._output()
         self.transforms.output_tiles(out, self._products, at, self._zeros if bias is None else bias, tiles_h, tiles_w)
