@@ -80,7 +80,8 @@ def scratch(shape, dtype):
     """A C-contiguous ``shape`` view of a flat buffer shared by every conv call, which nothing else refers to.
 
     Columns are dead once their product is computed, so the convs of all compiled
-    modules share a few buffers (one a thread calling at once), and the memory
+    modules share a few buffers (as many as calls hold at once: one an im2col, two a
+    Winograd conv), and the memory
     they touch stays in cache, as numpy's allocator gives each eager conv the
     block the last one freed. Columns kept per call site made the working set the
     sum of every conv's columns: ResNet-18's 56x56 3x3 convs at batch 1 took
