@@ -53,6 +53,7 @@ code keeps stays valid.
 """
 import math
 import sys
+import threading
 
 import numpy as np
 
@@ -74,6 +75,7 @@ _FLOATS = ("float32", "float64")
 
 
 _SCRATCH = []
+_SCRATCH_LOCK = threading.Lock()
 
 
 def scratch(shape, dtype):
@@ -89,18 +91,20 @@ def scratch(shape, dtype):
     1.8-1.9 ms with shared columns (minimum of 15 interleaved forwards).
     """
     size, dtype = math.prod(shape), np.dtype(dtype)
-    # NOTE: by index: a free buffer's references are the list's and getrefcount's argument (enumerate would
-    # keep a third in its cached tuple).
-    free = [i for i in range(len(_SCRATCH)) if _SCRATCH[i].dtype == dtype and sys.getrefcount(_SCRATCH[i]) == 2]
-    for i in free:
-        if _SCRATCH[i].size >= size:
-            return _SCRATCH[i][:size].reshape(shape)
-    buf = np.empty(size, dtype)
-    if free:
-        _SCRATCH[free[0]] = buf  # NOTE: a free buffer too small is replaced, so the list stays one a thread
-    else:
-        _SCRATCH.append(buf)
-    return buf.reshape(shape)
+    # NOTE: the lock: threads (DataParallel's replicas) must not both find one buffer free before either holds it.
+    with _SCRATCH_LOCK:
+        # NOTE: by index: a free buffer's references are the list's and getrefcount's argument (enumerate would
+        # keep a third in its cached tuple).
+        free = [i for i in range(len(_SCRATCH)) if _SCRATCH[i].dtype == dtype and sys.getrefcount(_SCRATCH[i]) == 2]
+        for i in free:
+            if _SCRATCH[i].size >= size:
+                return _SCRATCH[i][:size].reshape(shape)
+        buf = np.empty(size, dtype)
+        if free:
+            _SCRATCH[free[0]] = buf  # NOTE: a free buffer too small is replaced
+        else:
+            _SCRATCH.append(buf)
+        return buf.reshape(shape)
 
 
 def take(pool, shape, dtype, make=np.empty):
