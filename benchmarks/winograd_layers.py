@@ -24,7 +24,7 @@ from convnets import THREADS, measure  # noqa: E402  (sets the thread counts bef
 import numpy as np  # noqa: E402
 
 import fxkit  # noqa: E402
-from fxkit.backends import conv_lowering, numba_conv, winograd_conv  # noqa: E402
+from fxkit.backends import conv_lowering, winograd_conv  # noqa: E402
 from fxkit.runtime.meta import TensorMeta  # noqa: E402
 
 LAYERS = [  # (name, in channels, out channels, map size)
@@ -41,9 +41,6 @@ def im2col_call(meta, batch, channels, out_channels, size):
     pixels = batch * size * size
     if pixels < out_channels:
         return "channel-major", conv_lowering.ChannelMajorConv("c", meta, pads, unit, unit)
-    if pixels * 9 * channels >= conv_lowering.PARALLEL_MIN_COLUMNS:
-        numba_conv.warm_im2col(np.float32)
-        return "im2col numba", conv_lowering.Im2colConv("c", meta, pads, unit, unit, numba_conv.im2col_nhwc)
     return "im2col", conv_lowering.Im2colConv("c", meta, pads, unit, unit)
 
 

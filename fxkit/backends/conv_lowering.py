@@ -9,12 +9,11 @@ computes in **channels-last** memory and keeps its buffers:
 
 * **gemm** (1x1, stride 1, no padding, one group): the ``(N, H, W, C)`` input
   *is* the column matrix: one ``(N*H*W, C) @ (C, OC)`` product, no im2col.
-* **im2col** (other single-group convs): the padded input lives in a buffer
-  whose zero border is written once, the windows are copied into an
-  ``(N*OH*OW, KH*KW*C)`` column buffer every conv shares (`scratch`), one
-  product covers every image; from
-  `PARALLEL_MIN_COLUMNS` column elements a numba kernel gathers the windows
-  on every thread instead, zeros for the padding (no padded copy).
+* **im2col** (other single-group convs): a numba kernel copies the windows
+  of a block of output pixels, zeros for the padding (no padded copy), into
+  an ``(pixels, KH*KW*C)`` column buffer every conv shares (`scratch`), and
+  one product multiplies the block while it is in cache
+  (`COLUMN_BLOCK_BYTES`), block after block over every image.
 * **winograd** (large 3x3, stride-1 convs, `fxkit.backends.winograd_conv.lower_winograd`):
   F(2x2, 3x3) tiles, 16 products of ``(tiles, C) @ (C, OC)``, the transforms in numba.
 * **depthwise** (``groups == in_channels``, one input channel per filter): the
@@ -23,14 +22,16 @@ computes in **channels-last** memory and keeps its buffers:
 Why channels-last: on the reference machine's OpenBLAS (2 threads) one
 ``(25088, 64) @ (64, 256)`` product took 72 ms where the eight per-image
 ``(256, 64) @ (64, 3136)`` products of the same 1x1 conv took 347 ms
-(interleaved medians, ResNet-50's layer1 at batch 8). BLAS's speed depends on
-the orientation: ``(pixels, K) @ (K, OC)`` won 49 against 222 ms for 784
-pixels and 128 channels, but lost 336 against 54 ms for 196 pixels and 256
-channels, and 604 against 48 ms for 49 pixels and 512 channels. So a conv
-whose output has fewer pixels (``N*OH*OW``) than channels runs
-**channel-major** instead: one ``(OC, K) @ (K, N*OH*OW)`` product over columns
-gathered from its input's windows in any layout, its result an NCHW view of
-the ``(OC, N, OH, OW)`` product. Results are
+(interleaved medians, ResNet-50's layer1 at batch 8). A 1x1 conv whose output
+has fewer pixels (``N*OH*OW``) than channels runs **channel-major**: one
+``(OC, C) @ (C, N*OH*OW)`` product over its input read in any layout (as it lies
+when that is a channel-major result), its result an NCHW view of the
+``(OC, N, OH, OW)`` product: ResNet-50's 256->1024 1x1 at 14x14, batch 1, took
+0.63 against 0.68-0.70 ms channels-last. Larger kernels stay channels-last
+whatever their size: with the blocked gather, ResNet-18's 3x3 convs at 14x14
+and 7x7 took 1.34 and 1.74 ms channels-last against 1.82 and 2.22 ms
+channel-major at batch 1, 11.0 against 12.7 ms at 7x7 and batch 8
+(interleaved medians of 7). Results are
 ``(N, OC, OH, OW)`` views of ``(N, OH, OW, OC)`` buffers, so the graph stays
 NCHW while the memory stays channels-last from conv to conv: the next conv
 reads its input without a copy, and the elementwise tail between them (the
@@ -64,10 +65,18 @@ from fxkit.runtime.ops.conv import conv_geometry, ntuple
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.fused_op import FusedOp
 
-PARALLEL_MIN_COLUMNS = 1 << 22
-"""Column elements (16 MB of float32) from which im2col gathers on numba's threads
-(`fxkit.backends.numba_conv.im2col_nhwc`) instead of numpy's one-threaded copies: waking the
-threads is then a small part of a copy they halve."""
+TRAINED_CHANNEL_MAJOR_MIN = 1 << 18
+"""Weight elements from which a conv of a training graph runs channel-major (`ChannelMajorConv`): the packed
+copy channels-last multiplies by is made again after every optimizer step, and ResNet-18's 3x3 weights took
+19.5 ms a step to pack, 17 of them in its layer3 and layer4 (weights of 295K to 2.4M elements)."""
+NARROW_CHANNELS = 32
+"""Input channels under which `Im2colConv` copies its windows with numpy: numba's gather against numpy's
+copy (batch 8) took 0.042 against 0.027 ms at 10 channels (LeNet's second conv), 0.22 against 0.16 ms at
+16 channels of 28x28, 0.27 against 0.26 at 32, 0.42 against 0.48 at 64."""
+COLUMN_BLOCK_BYTES = 1 << 22
+"""Bytes of columns an `Im2colConv` gathers and multiplies at a time (4 MiB): ResNet-18's layer1 3x3 conv at
+batch 8 took 16.4, 14.9, 12.5, 13.4 and 16.0 ms in blocks of 1, 2, 4, 8 and 16 MiB, and 16.0 ms with all
+58 MB of its columns at once (reference machine, 2 threads; PyTorch 9.4 ms, the products alone 9.8 ms)."""
 POOL = 2
 """Outputs kept per conv call: two let ``y = f(x)`` in a loop alternate without allocating."""
 _FREE = 3  # references to a free pooled buffer inside `take`: the pool, the loop variable, getrefcount's argument
@@ -177,38 +186,58 @@ class GemmConv(_ChannelsLast):
 
 
 class Im2colConv(_ChannelsLast):
-    """A single-group conv: channels-last im2col into the shared columns (`scratch`), then one product over all
-    images."""
+    """A single-group conv, channels-last, block by block: the windows of about `COLUMN_BLOCK_BYTES` worth of
+    output pixels gathered into the shared columns (`scratch`), then their product (and bias) written into
+    those pixels' rows of the output while the columns are still in cache.
 
-    __slots__ = ("pads", "stride", "dilation", "_padded", "_gather")
+    The windows are gathered by `fxkit.backends.numba_conv.im2col_nhwc`, or, for inputs of fewer than
+    `NARROW_CHANNELS` channels, by numpy's strided copy of a padded input, a block of whole images at a time:
+    numba's loop over one channel per tap took 0.30 ms for LeNet's first conv at batch 8 where numpy's copy
+    took 0.12 ms."""
 
-    def __init__(self, name, out_meta, pads, stride, dilation, gather=None):
+    __slots__ = ("pads", "stride", "dilation", "_padded")
+
+    def __init__(self, name, out_meta, pads, stride, dilation):
         super().__init__(name, out_meta)
+        from fxkit.backends import numba_conv  # NOTE: numba loads only when an im2col conv is lowered
+
         self.pads, self.stride, self.dilation = pads, stride, dilation
         self._padded = []
-        self._gather = gather
+        numba_conv.warm_im2col(self.dtype)
 
     def __call__(self, x, weight, bias=None, *geometry):
         rows = self._input(x)
         n, h, w, c = rows.shape
         oc, _, kh, kw = weight.shape
         _, oh, ow, _ = self.shape
-        columns = scratch((n * oh * ow, kh * kw * c), rows.dtype)
-        if self._gather is not None:
-            (pt, _), (pl, _) = self.pads
-            self._gather(columns, rows, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
-        else:
-            self._copy_windows(columns, rows, kh, kw)
+        taps, pixels = kh * kw * c, n * oh * ow
+        wmat = packed_weight(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(taps, oc))
         out = self._output()
-        flat = out.reshape(n * oh * ow, oc)
-        np.matmul(columns, packed_weight(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(kh * kw * c, oc)),
-                  out=flat)
-        if bias is not None:
-            flat += bias
+        flat = out.reshape(pixels, oc)
+        blocks = self._image_blocks(rows, kh, kw) if c < NARROW_CHANNELS else self._pixel_blocks(rows, kh, kw)
+        for first, columns in blocks:
+            np.matmul(columns, wmat, out=flat[first:first + len(columns)])
+            if bias is not None:
+                flat[first:first + len(columns)] += bias
         return out.transpose(0, 3, 1, 2)
 
-    def _copy_windows(self, columns, rows, kh, kw):
-        """numpy's im2col: the input into a padded buffer, then one strided copy of its windows."""
+    def _pixel_blocks(self, rows, kh, kw):
+        """``(first output pixel, columns)`` for each block of `COLUMN_BLOCK_BYTES`, gathered by numba."""
+        from fxkit.backends.numba_conv import im2col_nhwc
+
+        _, oh, ow, _ = self.shape
+        (pt, _), (pl, _) = self.pads
+        taps, pixels = kh * kw * rows.shape[3], rows.shape[0] * oh * ow
+        block = max(1, min(pixels, COLUMN_BLOCK_BYTES // (taps * rows.itemsize)))
+        columns = scratch((block, taps), rows.dtype)
+        for first in range(0, pixels, block):
+            count = min(block, pixels - first)
+            im2col_nhwc(columns[:count], rows, first, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
+            yield first, columns[:count]
+
+    def _image_blocks(self, rows, kh, kw):
+        """``(first output pixel, columns)`` for each block of whole images (about `COLUMN_BLOCK_BYTES`, one image
+        at least), copied by numpy from the windows of a padded input."""
         (pt, pb), (pl, pr) = self.pads
         n, h, w, c = rows.shape
         if pt or pb or pl or pr:
@@ -221,49 +250,69 @@ class Im2colConv(_ChannelsLast):
         s_n, s_h, s_w, s_c = rows.strides
         windows = np.lib.stride_tricks.as_strided(rows, (n, oh, ow, kh, kw, c),
                                                   (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c))
-        np.copyto(columns.reshape(n, oh, ow, kh, kw, c), windows)
+        per_image = oh * ow * kh * kw * c
+        images = max(1, min(n, COLUMN_BLOCK_BYTES // (per_image * rows.itemsize)))
+        columns = scratch((images * oh * ow, kh * kw * c), rows.dtype)
+        for start in range(0, n, images):
+            count = min(images, n - start)
+            block = columns[:count * oh * ow]
+            np.copyto(block.reshape(count, oh, ow, kh, kw, c), windows[start:start + count])
+            yield start * oh * ow, block
 
 
 class ChannelMajorConv(_ConvCall):
     """A single-group conv as one ``(OC, C*KH*KW) @ (C*KH*KW, N*OH*OW)`` product: the columns are
     gathered from the input's windows whatever its memory layout, and the result is an
-    ``(N, OC, OH, OW)`` view of the ``(OC, N, OH, OW)`` product (no transposing copy). For outputs
-    with fewer pixels than channels, where BLAS runs this orientation fastest."""
+    ``(N, OC, OH, OW)`` view of the ``(OC, N, OH, OW)`` product (no transposing copy). For 1x1 convs with
+    fewer output pixels than channels, where BLAS runs this orientation fastest."""
 
-    __slots__ = ("pads", "stride", "dilation", "_padded")
+    __slots__ = ("pads", "stride", "dilation", "out_shape", "_padded")
 
     def __init__(self, name, out_meta, pads, stride, dilation):
         n, oc, oh, ow = out_meta.shape
         super().__init__(name, out_meta)
-        self.shape = (oc, n * oh * ow)
+        self.shape, self.out_shape = (oc, n * oh * ow), (n, oc, oh, ow)
         self.pads, self.stride, self.dilation = pads, stride, dilation
         self._padded = []
 
     def __call__(self, x, weight, bias=None, *geometry):
-        (pt, pb), (pl, pr) = self.pads
-        n, c, h, w = x.shape
-        if pt or pb or pl or pr:
-            # NOTE: made with zeros and only the interior written: the border stays zero across calls.
-            padded = take(self._padded, (c, n, pt + h + pb, pl + w + pr), x.dtype, np.zeros)
-            padded[:, :, pt:pt + h, pl:pl + w] = x.transpose(1, 0, 2, 3)
-            x = padded.transpose(1, 0, 2, 3)
         oc, _, kh, kw = weight.shape
-        (sh, sw), (dh, dw) = self.stride, self.dilation
-        oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
-        ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
-        s_n, s_c, s_h, s_w = x.strides
-        windows = np.lib.stride_tricks.as_strided(x, (c, kh, kw, n, oh, ow),
-                                                  (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))
-        # NOTE: a 1x1 stride-1 conv of channel-major memory (or NCHW at batch 1) reads it as its columns.
-        columns = windows.reshape(c, n * oh * ow) if (kh, kw) == (1, 1) and _dense(windows) else None
-        if columns is None:
-            columns = scratch((c * kh * kw, n * oh * ow), x.dtype)
-            np.copyto(columns.reshape(c, kh, kw, n, oh, ow), windows)
+        columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded)
         out = self._output()
-        np.matmul(weight.reshape(oc, c * kh * kw), columns, out=out)
+        np.matmul(weight.reshape(oc, columns.shape[0]), columns, out=out)
         if bias is not None:
             out += bias.reshape(oc, 1)
+        n, _, oh, ow = self.out_shape
         return out.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3)
+
+
+def channel_major_columns(x, kh, kw, pads, stride, dilation, padded_pool):
+    """The windows of ``x`` ``(N, C, H, W)``, any memory layout, as a ``(C*KH*KW, N*OH*OW)`` matrix (taps in a
+    weight's order): a view when ``x`` is a 1x1 conv's dense channel-major input, else copied into the shared
+    columns (`scratch`), through a padded copy of ``x`` kept in ``padded_pool`` when there is padding.
+
+    numpy's strided copies, not a numba gather: on ResNet-18's 16x16 to 2x2 maps (runs of 16 to 2 values) a
+    numba loop per window row took 0.7-1.5 ms where numpy's copy took 0.44-0.6 ms (batch 8, 64-512 channels).
+    """
+    (pt, pb), (pl, pr) = pads
+    n, c, h, w = x.shape
+    if pt or pb or pl or pr:
+        # NOTE: made with zeros and only the interior written: the border stays zero across calls.
+        padded = take(padded_pool, (c, n, pt + h + pb, pl + w + pr), x.dtype, np.zeros)
+        padded[:, :, pt:pt + h, pl:pl + w] = x.transpose(1, 0, 2, 3)
+        x = padded.transpose(1, 0, 2, 3)
+    (sh, sw), (dh, dw) = stride, dilation
+    oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    s_n, s_c, s_h, s_w = x.strides
+    windows = np.lib.stride_tricks.as_strided(x, (c, kh, kw, n, oh, ow),
+                                              (s_c, s_h * dh, s_w * dw, s_n, s_h * sh, s_w * sw))
+    # NOTE: a 1x1 stride-1 conv of channel-major memory (or NCHW at batch 1) reads it as its columns.
+    if (kh, kw) == (1, 1) and _dense(windows):
+        return windows.reshape(c, n * oh * ow)
+    columns = scratch((c * kh * kw, n * oh * ow), x.dtype)
+    np.copyto(columns.reshape(c, kh, kw, n, oh, ow), windows)
+    return columns
 
 
 def _dense(windows):
@@ -331,63 +380,52 @@ def lower_conv2d(node):
         if chosen is not None:
             return chosen
     rows = out.shape[0] * out.shape[2] * out.shape[3]
-    if rows < oc:
+    if _trained(node) and math.prod(weight.shape) >= TRAINED_CHANNEL_MAJOR_MIN:
         return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
-            node.name, "im2col, channel-major", f"{rows} output pixels < {oc} channels: one (OC, K) @ (K, pixels) "
-                                                f"product, BLAS's faster orientation for wide outputs")
+            node.name, "im2col, channel-major", f"a training graph's weight of {math.prod(weight.shape)} elements: "
+                                                f"one (OC, K) @ (K, pixels) product by the weight as it lies, "
+                                                f"which channels-last would repack after every optimizer step")
+    if rows < oc and (kh, kw) == (1, 1):
+        return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
+            node.name, "1x1, channel-major", f"{rows} output pixels < {oc} channels: one (OC, C) @ (C, pixels) "
+                                             f"product, BLAS's faster orientation for wide outputs")
     if (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0)):
         return GemmConv(f"{node.name}_gemm", out), Decision(
             node.name, "1x1 GEMM, channels-last", "stride 1, no padding: the input is the column matrix, "
                                                   "one product over all images, no im2col")
-    column_elements = rows * kh * kw * channels
-    if column_elements >= PARALLEL_MIN_COLUMNS:
-        from fxkit.backends import numba_conv  # NOTE: numba loads only when a large conv is lowered
-
-        numba_conv.warm_im2col(x.dtype.np)
-        return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation, numba_conv.im2col_nhwc), Decision(
-            node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "
-                                                f"{column_elements} column elements gathered on numba's threads, "
-                                                f"padding included; output kept across calls, columns shared")
-    kept = "padded input and output kept across calls" if any(p for pair in pads for p in pair) else \
-        "output kept across calls"
     return Im2colConv(f"{node.name}_im2col", out, pads, stride, dilation), Decision(
-        node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: one product over all images; "
-                                            f"{kept}, columns shared")
+        node.name, "im2col, channels-last", f"{kh}x{kw} stride {stride}: columns gathered by numba and multiplied "
+                                            f"in blocks of {COLUMN_BLOCK_BYTES >> 20} MiB, padding included; "
+                                            f"output kept across calls, columns shared")
+
+
+def _trained(node):
+    """Whether the conv's weight also feeds a transposed conv in this graph: the input gradient of a training
+    graph (`fxkit.transforms.grad`), whose weight an optimizer writes between calls."""
+    weight = node.args[1] if len(node.args) > 1 else None
+    return any(getattr(user, "target", None) is _CONV_TRANSPOSE2D for user in getattr(weight, "users", ()))
 
 
 class MaxPoolChannelsLast(_ChannelsLast):
-    """A max pool of a channels-last input, computed channels-last: its taps are maxima of strided
-    ``(N, OH, OW, C)`` views, each a run of contiguous channels, where numpy's NCHW pool would walk
-    the input against its strides and return NCHW memory for the next conv to transpose again."""
+    """A max pool of a channels-last input, computed channels-last by `fxkit.backends.numba_conv.max_pool_nhwc`
+    (each window's maxima along contiguous channels), where numpy's NCHW pool would walk the input against its
+    strides and return NCHW memory for the next conv to transpose again."""
 
-    __slots__ = ("kernel", "stride", "padding", "_padded")
+    __slots__ = ("geometry",)
 
     def __init__(self, name, out_meta, kernel, stride, padding):
         super().__init__(name, out_meta)
-        self.kernel, self.stride, self.padding = kernel, stride, padding
-        self._padded = []
+        from fxkit.backends import numba_conv  # NOTE: numba loads only when a pool is lowered
+
+        self.geometry = (*kernel, *stride, *padding)
+        numba_conv.warm_max_pool(self.dtype)
 
     def __call__(self, x, *geometry, **options):
         """Called with the node's arguments; the geometry was read when lowering."""
-        rows = self._input(x)
-        n, h, w, c = rows.shape
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
-        if ph or pw:
-            # NOTE: made full of -inf (the eager pool's border, which never wins) and only the interior
-            # written: the border stays across calls.
-            padded = take(self._padded, (n, h + 2 * ph, w + 2 * pw, c), rows.dtype,
-                          lambda shape, dtype: np.full(shape, -np.inf, dtype))
-            padded[:, ph:ph + h, pw:pw + w] = rows
-            rows = padded
+        from fxkit.backends.numba_conv import max_pool_nhwc
+
         out = self._output()
-        _, oh, ow, _ = self.shape
-        for p in range(kh):
-            for q in range(kw):
-                taps = rows[:, p:p + (oh - 1) * sh + 1:sh, q:q + (ow - 1) * sw + 1:sw]
-                if p == 0 and q == 0:
-                    np.copyto(out, taps)
-                else:
-                    np.maximum(out, taps, out=out)  # NaN wins, as in the eager pool
+        max_pool_nhwc(out, self._input(x), *self.geometry)
         return out.transpose(0, 3, 1, 2)
 
 
@@ -413,8 +451,8 @@ def lower_max_pool2d(node, reordered):
     stride = kernel if stride is None or stride in ((), []) else ntuple(stride, 2, "max_pool2d", "stride")
     padding = ntuple(bound.get("padding", 0), 2, "max_pool2d", "padding")
     return MaxPoolChannelsLast(f"{node.name}_channels_last", out, kernel, stride, padding), Decision(
-        node.name, "max pool, channels-last", f"%{source.name} is channels-last: {kernel[0] * kernel[1]} "
-                                              f"maxima of strided views along contiguous channels")
+        node.name, "max pool, channels-last", f"%{source.name} is channels-last: numba's maxima of each "
+                                              f"{kernel[0]}x{kernel[1]} window along contiguous channels")
 
 
 def reordered_values(nodes, calls):
@@ -442,6 +480,7 @@ def reordered_values(nodes, calls):
     return found
 
 
+_CONV_TRANSPOSE2D = get_op("conv_transpose2d")
 CONV_RULES = {get_op("conv2d"): lower_conv2d}
 """Registry op -> ``rule(node) -> (call or None, Decision)``: how the numba backend runs that op."""
 POOL_RULES = {get_op("max_pool2d"): lower_max_pool2d}

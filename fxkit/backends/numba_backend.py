@@ -63,6 +63,7 @@ import numpy as np
 
 from fxkit.backends.backend import register_backend
 from fxkit.backends.conv_choice import MODES, ConvChooser
+from fxkit.backends.conv_grad_lowering import GRAD_CONV_RULES
 from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_values
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
@@ -131,6 +132,9 @@ class NumbaBackend(NumpyBackend):
         for node in gm.graph.nodes:
             if node.op == "call" and node.target in CONV_RULES:
                 call, decision = chooser.choose(node, *CONV_RULES[node.target](node), _reordering(calls, in_order))
+            elif node.op == "call" and node.target in GRAD_CONV_RULES:
+                call, decision = GRAD_CONV_RULES[node.target](node)
+                in_order.add(node)
             elif node.op == "call" and node.target in LINEAR_RULES:
                 call, decision = LINEAR_RULES[node.target](node)
                 in_order.add(node)

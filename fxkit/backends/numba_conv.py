@@ -1,5 +1,5 @@
-"""numba kernels for the convolutions BLAS serves badly: depthwise (one filter per channel), and the
-im2col gather of large single-group convs.
+"""numba kernels for the convolution work BLAS does not do: depthwise convs (one filter per channel), the
+im2col gather of single-group convs and its adjoint (col2im), and the channels-last max pool.
 
 A depthwise conv2d (``groups == in_channels``: MobileNet, EfficientNet) is,
 through im2col, ``N * C`` matrix products of a ``1 x kH*kW`` row by a
@@ -13,12 +13,22 @@ so LLVM vectorises it whatever the map size (a planar kernel's rows are only
 padded copy. Output rows are spread over numba's threads when there is
 enough work (`PARALLEL_MIN_WORK`).
 
-`im2col_nhwc` copies a channels-last input's windows into the column
-matrix of one product, padding included (zeros written where a tap falls
-outside), on numba's threads: at batch 8 a 3x3 conv's columns are 58 MB
-(ResNet-18's layer1), which numpy's one-threaded strided copy, after a
-padded copy of the input, moved in ~8 ms on the reference machine while
-BLAS multiplied them on two threads in ~30.
+`im2col_nhwc` copies the windows of a range of a channels-last input's
+output pixels into a block of columns, padding included (zeros written where
+a tap falls outside): `fxkit.backends.conv_lowering.Im2colConv` gathers and
+multiplies block by block, so the columns stay in cache (ResNet-18's layer1
+at batch 8: 12.5 ms a conv in blocks of 4 MiB, 16 ms with its 58 MB of
+columns at once, PyTorch 9.4 ms). It runs on the calling thread: gathered on
+numba's threads between two BLAS calls, the same conv took 100-270 ms, each
+side's workers waiting for cores the other's held.
+
+`col2im_channel_major` is the adjoint of channel-major im2col
+(`fxkit.backends.conv_lowering.channel_major_columns`): the values of a
+``(C*KH*KW, N*OH*OW)`` column matrix, tap rows in a weight's own order, added
+into the input pixels their windows read (a conv's input gradient, a
+transposed conv), one output plane at a time. numpy's version, one strided
+add per tap, took 1.1-1.5 ms on ResNet-18's 16x16 to 2x2 maps at batch 8,
+this kernel 0.5-1.0 ms.
 
 Imported by `fxkit.backends.conv_lowering` only when a numba specialisation
 picks this kernel: numba takes ~0.5 s to import.
@@ -91,47 +101,121 @@ def depthwise_conv2d_nhwc_serial(out, x, w, bias, sh, sw, ph, pw, dh, dw):
         _row_nhwc(out, x, w, bias, row, sh, sw, ph, pw, dh, dw)
 
 
-@numba.njit(parallel=True, **_JIT)
-def im2col_nhwc(columns, x, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
-    """The windows of a channels-last ``x`` as rows of ``columns``, zeros where a tap is in the padding.
+@numba.njit(**_JIT)
+def im2col_nhwc(columns, x, first, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
+    """The windows of output pixels ``first`` to ``first + len(columns)`` of a channels-last ``x`` as rows of
+    ``columns``, zeros where a tap is in the padding, on the calling thread.
 
     Args:
-        columns: ``(N*OH*OW, KH*KW*C)``, C-contiguous, overwritten: row ``(n*OH + y)*OW + x`` holds
-            the window of output pixel ``(y, x)`` of image ``n``, tap-major then channel.
+        columns: ``(P, KH*KW*C)``, C-contiguous, overwritten: row ``i`` holds the window of output pixel
+            ``first + i`` (``(n*OH + y)*OW + x``), tap-major then channel.
         x: ``(N, H, W, C)``, C-contiguous, unpadded.
+        first: the first output pixel.
         oh, ow, kh, kw, sh, sw, ph, pw, dh, dw: output size, kernel size, stride, leading padding and
             dilation (trailing padding is what the output size leaves).
     """
-    n, h, w, c = x.shape
-    flat = x.reshape(n * h * w * c)
-    span = kw * c
-    for row in numba.prange(n * oh):
-        image = row // oh
-        y = row - image * oh
-        for xo in range(ow):
-            window = columns[row * ow + xo]
-            left = xo * sw - pw
-            for p in range(kh):
-                iy = y * sh - ph + p * dh
-                start = p * span
-                if iy < 0 or iy >= h:
-                    for k in range(span):
-                        window[start + k] = 0
-                elif dw == 1 and left >= 0 and left + kw <= w:
-                    # NOTE: the row's taps are adjacent pixels: one run of kw * c values (a stem's 3 channels)
-                    source = ((image * h + iy) * w + left) * c
-                    for k in range(span):
-                        window[start + k] = flat[source + k]
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
+    zero = columns.dtype.type(0)
+    for i in range(columns.shape[0]):
+        pixel = first + i
+        image = pixel // (oh * ow)
+        y = (pixel // ow) % oh
+        xo = pixel % ow
+        for p in range(kh):
+            iy = y * sh - ph + p * dh
+            for q in range(kw):
+                ix = xo * sw - pw + q * dw
+                start = (p * kw + q) * c
+                if 0 <= iy < h and 0 <= ix < w:
+                    for k in range(c):
+                        columns[i, start + k] = x[image, iy, ix, k]
                 else:
+                    for k in range(c):
+                        columns[i, start + k] = zero
+
+
+@numba.njit(**_JIT)
+def _image_plane(out, columns, plane, kh, kw, sh, sw, ph, pw, dh, dw):
+    """Plane ``plane`` (``n * C + c``) of `col2im_channel_major`."""
+    n, c, h, w = out.shape
+    oh, ow = columns.shape[1] // n, columns.shape[2]
+    image = plane // c
+    ch = plane - image * c
+    zero = out.dtype.type(0)
+    for y in range(h):
+        for xi in range(w):
+            out[image, ch, y, xi] = zero
+    for p in range(kh):
+        for q in range(kw):
+            offset = q * dw - pw
+            first = min(ow, max(0, (-offset + sw - 1) // sw))
+            end = max(first, min(ow, (w - 1 - offset) // sw + 1))
+            r = (ch * kh + p) * kw + q
+            for oy in range(oh):
+                y = oy * sh - ph + p * dh
+                if y < 0 or y >= h:
+                    continue
+                source = image * oh + oy
+                if sw == 1:
+                    for xo in range(first, end):
+                        out[image, ch, y, xo + offset] += columns[r, source, xo]
+                else:
+                    for xo in range(first, end):
+                        out[image, ch, y, xo * sw + offset] += columns[r, source, xo]
+
+
+@numba.njit(**_JIT)
+def col2im_channel_major(out, columns, kh, kw, sh, sw, ph, pw, dh, dw):
+    """The adjoint of channel-major im2col: every column value added into the input pixel its tap read, one
+    output plane after another on the calling thread (it follows a BLAS product, whose workers would hold the
+    cores numba's threads wait for).
+
+    Args:
+        out: ``(N, C, H, W)``, C-contiguous, overwritten.
+        columns: ``(C*KH*KW, N*OH, OW)``, C-contiguous: row ``(c*KH + p)*KW + q`` holds tap ``(p, q)`` of
+            channel ``c``, column ``(n*OH + y)*OW + x`` output pixel ``(y, x)`` of image ``n``; taps that
+            fell in the padding are dropped.
+        kh, kw, sh, sw, ph, pw, dh, dw: kernel size, stride, leading padding and dilation.
+    """
+    for plane in range(out.shape[0] * out.shape[1]):
+        _image_plane(out, columns, plane, kh, kw, sh, sw, ph, pw, dh, dw)
+
+
+@numba.njit(**_JIT)
+def max_pool_nhwc(out, x, kh, kw, sh, sw, ph, pw):
+    """Channels-last max pool: ``out[n, y, x, c]`` = the largest of the window's taps inside the input (padding
+    never wins, as the eager pool's -inf border), NaN when a tap is NaN (numpy's ``maximum``), on the calling
+    thread: the inner loop runs along the contiguous channels. numpy's nine strided ``maximum`` passes took
+    11.3 ms for ResNet-18's pool at batch 8 (224x224).
+
+    Args:
+        out: ``(N, OH, OW, C)``, C-contiguous, overwritten.
+        x: ``(N, H, W, C)``, C-contiguous, unpadded.
+        kh, kw, sh, sw, ph, pw: window, stride and leading padding.
+    """
+    n, oh, ow, c = out.shape
+    h, w = x.shape[1], x.shape[2]
+    for image in range(n):
+        for y in range(oh):
+            for xo in range(ow):
+                first = True
+                for p in range(kh):
+                    iy = y * sh - ph + p
+                    if iy < 0 or iy >= h:
+                        continue
                     for q in range(kw):
-                        ix = left + q * dw
-                        if 0 <= ix < w:
-                            src = x[image, iy, ix]
+                        ix = xo * sw - pw + q
+                        if ix < 0 or ix >= w:
+                            continue
+                        if first:
                             for k in range(c):
-                                window[start + q * c + k] = src[k]
+                                out[image, y, xo, k] = x[image, iy, ix, k]
+                            first = False
                         else:
                             for k in range(c):
-                                window[start + q * c + k] = 0
+                                v = x[image, iy, ix, k]
+                                m = out[image, y, xo, k]
+                                out[image, y, xo, k] = v if v > m or v != v else m
 
 
 def warm(dtype, xp=np):
@@ -141,6 +225,18 @@ def warm(dtype, xp=np):
         kernel(out, out, xp.zeros((1, 1, 1), dtype), xp.zeros(1, dtype), 1, 1, 0, 0, 1, 1)
 
 
+def warm_max_pool(dtype, xp=np):
+    """Compile `max_pool_nhwc` for ``dtype`` now (the specialisation's compile time, not its first call)."""
+    x = xp.zeros((1, 1, 1, 1), dtype)
+    max_pool_nhwc(x.copy(), x, 1, 1, 1, 1, 0, 0)
+
+
 def warm_im2col(dtype, xp=np):
     """Compile `im2col_nhwc` for ``dtype`` now (the specialisation's compile time, not its first call)."""
-    im2col_nhwc(xp.zeros((1, 1), dtype), xp.zeros((1, 1, 1, 1), dtype), 1, 1, 1, 1, 1, 1, 0, 0, 1, 1)
+    x = xp.zeros((1, 1, 1, 1), dtype)
+    im2col_nhwc(xp.zeros((1, 1), dtype), x, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1)
+
+
+def warm_col2im(dtype, xp=np):
+    """Compile `col2im_channel_major` for ``dtype`` now (the specialisation's compile time, not its first call)."""
+    col2im_channel_major(xp.zeros((1, 1, 1, 1), dtype), xp.zeros((1, 1, 1), dtype), 1, 1, 1, 1, 0, 0, 1, 1)

@@ -1,6 +1,13 @@
 """`SGD`: stochastic gradient descent with momentum, dampening, Nesterov momentum
 and weight decay, step for step PyTorch's ``torch.optim.SGD``."""
+import numpy as np
+
 from fxkit.optim.optimizer import Optimizer, check_nonnegative, chunks, state_tensor
+
+FUSED_MIN = 1 << 17
+"""Elements from which a CPU parameter with momentum is updated by one numba loop
+(`fxkit.optim.fused_sgd`): below it the array form's passes already stay in cache, and a small
+model's optimizer does not load numba."""
 
 
 class SGD(Optimizer):
@@ -44,6 +51,14 @@ class SGD(Optimizer):
 
     def _update(self, param, g, state, group):
         momentum = group["momentum"]
+        kept = state.get("momentum_buffer")
+        if momentum != 0 and _fusable(param._data, g, None if kept is None else kept._data):
+            from fxkit.optim.fused_sgd import fused_sgd_update  # NOTE: numba loads at the first large parameter
+
+            if kept is None:
+                state["momentum_buffer"] = state_tensor(np.empty_like(param._data), param)
+            fused_sgd_update(param._data, g, state["momentum_buffer"]._data, kept is None, group)
+            return
         buf = None
         if momentum != 0:
             buf = state.get("momentum_buffer")
@@ -65,6 +80,16 @@ class SGD(Optimizer):
                 b *= momentum
                 b += d if dampening == 0 else (1 - dampening) * d
             p -= group["lr"] * (d + momentum * b if group["nesterov"] else b)
+
+
+def _fusable(p, g, buf):
+    """Whether ``p``, its gradient ``g`` and its momentum buffer (None before the first step) take
+    `fxkit.optim.fused_sgd`: C-contiguous numpy arrays of one float dtype (float32 or float64), of
+    `FUSED_MIN` elements or more."""
+    arrays = (p, g) if buf is None else (p, g, buf)
+    return (p.size >= FUSED_MIN and p.dtype in (np.float32, np.float64)
+            and all(type(a) is np.ndarray and a.dtype == p.dtype and a.shape == p.shape and a.flags.c_contiguous
+                    for a in arrays))
 
 
 def _direction(p, g, group):

@@ -93,7 +93,7 @@ def test_a_numpy_choice_that_meets_no_reordered_value_is_kept(rng):
 
 
 def test_input_layouts_follow_the_lowered_convs(rng):
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 64, 3, 2, 1), nn.SiLU(),
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 64, 1, 2), nn.SiLU(),
                           nn.Conv2d(64, 8, 1)).eval()
     x = randn(rng, 1, 3, 8, 8)
     seen = {}
@@ -105,7 +105,7 @@ def test_input_layouts_follow_the_lowered_convs(rng):
     with mock.patch.object(conv_choice.ConvChooser, "_measured", measured):
         fxkit.compile(model, backend="numba", example_inputs=[x], conv_choice="measure")
     # the second conv reads the first's channels-last result through its ReLU; the third the
-    # channel-major result of the second (16 output pixels < 64 channels) through its SiLU
+    # channel-major result of the second (a 1x1 with 16 output pixels < 64 channels) through its SiLU
     assert seen == {"conv2d": "nchw", "conv2d_1": "channels-last", "conv2d_2": "channel-major"}
 
 

@@ -35,10 +35,11 @@ CONVS = [
     ((4, 4, 4, 1, "same", 1, 4), (1, 4, 24, 24), "depthwise numba kernel, channels-last"),  # uneven padding
     ((6, 6, 3, 1, 1, 1, 6), (2, 6, 7, 7), "depthwise numba kernel, channels-last"),  # small maps
     ((4, 8, 3, 1, 1, 1, 2), (2, 4, 6, 6), "numpy conv2d"),  # grouped, not depthwise
-    ((16, 64, 3, 1, 1), (1, 16, 5, 5), "im2col, channel-major"),  # fewer pixels than channels
-    ((16, 64, 1), (2, 16, 4, 3), "im2col, channel-major"),
-    ((16, 64, 1), (1, 16, 4, 3), "im2col, channel-major"),  # the NCHW input is the column matrix
-    ((16, 64, 3, 2, 2, 2, 1, False), (2, 16, 9, 8), "im2col, channel-major"),
+    ((16, 64, 3, 1, 1), (1, 16, 5, 5), "im2col, channels-last"),  # fewer pixels than channels, 3x3
+    ((16, 64, 1), (2, 16, 4, 3), "1x1, channel-major"),  # fewer pixels than channels, 1x1
+    ((16, 64, 1), (1, 16, 4, 3), "1x1, channel-major"),  # the NCHW input is the column matrix
+    ((16, 64, 1, 2), (2, 16, 9, 8), "1x1, channel-major"),
+    ((16, 64, 3, 2, 2, 2, 1, False), (2, 16, 9, 8), "im2col, channels-last"),
 ]
 
 
@@ -62,15 +63,46 @@ def test_each_conv_rule_matches_eager_and_pytorch(arguments, shape, choice, rng)
         np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-5)
 
 
+def _conv64(x, weight, bias, stride, padding, dilation):
+    """The float64 reference: every output a sum over its window of the zero-padded input."""
+    x = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    weight = np.asarray(weight, np.float64)
+    oc, _, kh, kw = weight.shape
+    oh = (x.shape[2] - dilation * (kh - 1) - 1) // stride + 1
+    ow = (x.shape[3] - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((x.shape[0], oc, oh, ow))
+    for p in range(kh):
+        for q in range(kw):
+            taps = x[:, :, p * dilation:p * dilation + (oh - 1) * stride + 1:stride,
+                     q * dilation:q * dilation + (ow - 1) * stride + 1:stride]
+            out += np.einsum("nchw,oc->nohw", taps, weight[:, :, p, q])
+    return out + np.asarray(bias, np.float64)[:, None, None]
+
+
+@pytest.mark.parametrize("in_channels", [3, 40], ids=["narrow (numpy's copy)", "wide (numba's gather)"])
+@pytest.mark.parametrize("block_bytes", [1, 5000, 1 << 22], ids=["one pixel or image", "several", "one block"])
+def test_im2col_blocks_give_the_float64_convolution(in_channels, block_bytes, rng):
+    """Whatever the block size, across images and output rows: each block's product lands in its own rows."""
+    conv = _conv_model(in_channels, 5, 3, 2, 1, 2)
+    x = randn(rng, 3, in_channels, 11, 9)
+    with mock.patch.object(conv_lowering, "COLUMN_BLOCK_BYTES", block_bytes):
+        compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
+        got = compiled(x).numpy()
+    assert [d.choice for d in compiled._last.lowered.decisions] == ["im2col, channels-last"]
+    expected = _conv64(x.numpy(), conv.weight.numpy(), conv.bias.numpy(), 2, 1, 2)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_chains_across_layouts_match_eager(rng):
-    # channels-last (3x3, 1x1), then channel-major (fewer pixels than channels) reading a channels-last
-    # view, then depthwise reading a channel-major view, then a 1x1 product reading its channels-last result.
-    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 96, 3, 2, 1),
+    # channels-last (3x3, 1x1), then channel-major (a 1x1 with fewer pixels than channels) reading a
+    # channels-last view, then depthwise reading a channel-major view, then a 1x1 product reading its
+    # channels-last result.
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 96, 1, 2),
                           nn.SiLU(), nn.Conv2d(96, 96, 3, 1, 1, groups=96), nn.Conv2d(96, 8, 1)).eval()
     x = randn(rng, 2, 4, 11, 11)
     compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     choices = [d.choice for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
-    assert choices == ["im2col, channels-last", "1x1 GEMM, channels-last", "im2col, channel-major",
+    assert choices == ["im2col, channels-last", "1x1 GEMM, channels-last", "1x1, channel-major",
                        "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
     for inputs in (x, randn(rng, 2, 4, 11, 11)):
         np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-5)
@@ -78,13 +110,13 @@ def test_chains_across_layouts_match_eager(rng):
 
 def test_a_1x1_channel_major_conv_reads_channel_major_memory_as_its_columns(rng):
     torch = pytest.importorskip("torch")
-    model = nn.Sequential(nn.Conv2d(8, 64, 3, 1, 1), nn.ReLU(), nn.Conv2d(64, 96, 1)).eval()
+    model = nn.Sequential(nn.Conv2d(8, 64, 1), nn.ReLU(), nn.Conv2d(64, 96, 1)).eval()
     x = randn(rng, 2, 8, 5, 4)
     compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     calls = [v for v in compiled._last.lowered.fn.__globals__.values()
              if isinstance(v, conv_lowering.ChannelMajorConv)]
     assert sorted(c.__name__ for c in calls) == ["conv2d_1_channel_major", "conv2d_channel_major"]
-    reference = torch.nn.Sequential(torch.nn.Conv2d(8, 64, 3, 1, 1), torch.nn.ReLU(), torch.nn.Conv2d(64, 96, 1))
+    reference = torch.nn.Sequential(torch.nn.Conv2d(8, 64, 1), torch.nn.ReLU(), torch.nn.Conv2d(64, 96, 1))
     reference.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
     requested = []
     scratch = conv_lowering.scratch
@@ -93,7 +125,7 @@ def test_a_1x1_channel_major_conv_reads_channel_major_memory_as_its_columns(rng)
         for inputs in (x, randn(rng, 2, 8, 5, 4)):
             expected = reference(torch.from_numpy(inputs.numpy())).detach().numpy()
             np.testing.assert_allclose(compiled(inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
-    assert requested == [(8 * 9, 2 * 5 * 4)] * 2  # the 3x3's columns; the 1x1 read the 3x3's memory
+    assert requested == [(8, 2 * 5 * 4)] * 2  # the first's columns (NCHW at batch 2); the second read its memory
 
 
 def test_results_kept_across_calls_are_never_overwritten(rng):

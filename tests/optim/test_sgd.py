@@ -1,4 +1,5 @@
 """SGD against torch.optim.SGD: every option, several steps, same parameters and gradients."""
+import numpy as np
 import pytest
 
 import fxkit
@@ -56,3 +57,34 @@ def test_sgd_on_parameters_larger_than_one_chunk_matches_torch(rng):
     config = {"lr": 0.02, "momentum": 0.7, "weight_decay": 0.1, "nesterov": True, "maximize": True}
     fx, th = run_both(fxkit.optim.SGD, torch.optim.SGD, init, grads, **config)
     assert_params_close(fx, th)
+
+
+MOMENTUM_CONFIGS = {name: config for name, config in CONFIGS.items() if config.get("momentum")}
+
+
+@pytest.mark.parametrize("config", MOMENTUM_CONFIGS.values(), ids=MOMENTUM_CONFIGS.keys())
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_update_of_a_large_parameter_is_the_array_form_bit_for_bit(config, dtype, rng):
+    """A parameter of FUSED_MIN elements or more with momentum is updated by one numba loop (fxkit.optim.fused_sgd); it rounds
+    after every operation as the array form does, so four steps of each give identical bits (and both match
+    torch above)."""
+    pytest.importorskip("numba")
+    from fxkit.optim import sgd
+
+    size = sgd.FUSED_MIN
+    start = rng.standard_normal(size).astype(dtype)
+    grads = [rng.standard_normal(size).astype(dtype) for _ in range(4)]
+    results = []
+    for fused_min in (size, size + 1):  # the fused loop, then the array form
+        p = fxkit.nn.Parameter(fxkit.from_numpy(start.copy()))
+        opt = fxkit.optim.SGD([p], **config)
+        original, sgd.FUSED_MIN = sgd.FUSED_MIN, fused_min
+        try:
+            for g in grads:
+                p.grad = fxkit.from_numpy(g.copy())
+                opt.step()
+        finally:
+            sgd.FUSED_MIN = original
+        results.append(p.numpy())
+    assert not np.array_equal(results[0], start)
+    np.testing.assert_array_equal(results[0], results[1])
