@@ -429,29 +429,61 @@ class MaxPoolChannelsLast(_ChannelsLast):
         return out.transpose(0, 3, 1, 2)
 
 
+class MaxPoolIndicesChannelsLast(MaxPoolChannelsLast):
+    """A max pool that returns its maxima's indices too (``return_indices``, a training graph's pool), computed
+    channels-last by `fxkit.backends.numba_conv.max_pool_indices_nhwc` from an input in any layout (one that
+    does not lie channels-last is copied so first): numpy's masked update per tap took 17-45x as long."""
+
+    __slots__ = ("_indices",)
+
+    def __init__(self, name, out_meta, kernel, stride, padding):
+        super().__init__(name, out_meta, kernel, stride, padding)
+        self._indices = []
+
+    def __call__(self, x, *geometry, **options):
+        """Called with the node's arguments; the geometry was read when lowering."""
+        from fxkit.backends.numba_conv import max_pool_indices_nhwc
+
+        out, indices = self._output(), take(self._indices, self.shape, np.int64)
+        max_pool_indices_nhwc(out, indices, self._input(x), *self.geometry)
+        return out.transpose(0, 3, 1, 2), indices.transpose(0, 3, 1, 2)
+
+
 def lower_max_pool2d(node, reordered):
     """``(call or None, Decision or None)`` for a ``max_pool2d`` node: channels-last when its input's
-    memory is channels-last (in ``reordered``, from a conv call made here); None, None leaves the
-    node to numpy's pool without a word (an NCHW input: nothing to choose)."""
+    memory is channels-last (in ``reordered``, from a conv call made here) or when it returns indices
+    (numpy's pool with indices is the slow one); None, None leaves any other pool to numpy's without a
+    word (an NCHW input: nothing to choose)."""
     source = node.args[0] if node.args else None
-    if getattr(source, "name", None) not in reordered or not isinstance(source.meta.get("tensor_meta"), TensorMeta):
+    if not isinstance(getattr(source, "meta", {}).get("tensor_meta"), TensorMeta):
+        return None, None
+    bound = node.target.signature.bind(*node.args, **node.kwargs).arguments
+    with_indices = bound.get("return_indices", False) is True
+    if source.name not in reordered and not with_indices:
         return None, None
     x, out = source.meta["tensor_meta"], node.meta.get("tensor_meta")
-    bound = node.target.signature.bind(*node.args, **node.kwargs).arguments
+    if with_indices:
+        out = out[0] if isinstance(out, tuple) and not isinstance(out, TensorMeta) and len(out) == 2 else None
     why = None
     if len(x.shape) != 4 or not isinstance(out, TensorMeta) or x.dtype.name not in _FLOATS:
         why = "not a batched float32/float64 input"
-    elif bound.get("ceil_mode", False) or bound.get("return_indices", False) or \
-            ntuple(bound.get("dilation", 1), 2, "max_pool2d", "dilation") != (1, 1):
-        why = "ceil mode, indices or dilation"
+    elif bound.get("ceil_mode", False) or ntuple(bound.get("dilation", 1), 2, "max_pool2d", "dilation") != (1, 1):
+        why = "ceil mode or dilation"
     if why is not None:
         return None, Decision(node.name, "numpy max_pool2d", why)
     kernel = ntuple(bound["kernel_size"], 2, "max_pool2d", "kernel_size")
     stride = bound.get("stride")
     stride = kernel if stride is None or stride in ((), []) else ntuple(stride, 2, "max_pool2d", "stride")
     padding = ntuple(bound.get("padding", 0), 2, "max_pool2d", "padding")
+    layout = f"%{source.name} is channels-last" if source.name in reordered else \
+        f"%{source.name} copied channels-last"
+    if with_indices:
+        return MaxPoolIndicesChannelsLast(f"{node.name}_channels_last", out, kernel, stride, padding), Decision(
+            node.name, "max pool with indices, channels-last", f"{layout}: numba's maxima of each "
+                                                               f"{kernel[0]}x{kernel[1]} window and where they lie, "
+                                                               f"along contiguous channels")
     return MaxPoolChannelsLast(f"{node.name}_channels_last", out, kernel, stride, padding), Decision(
-        node.name, "max pool, channels-last", f"%{source.name} is channels-last: numba's maxima of each "
+        node.name, "max pool, channels-last", f"{layout}: numba's maxima of each "
                                               f"{kernel[0]}x{kernel[1]} window along contiguous channels")
 
 
@@ -461,7 +493,10 @@ def reordered_values(nodes, calls):
     Every call made here (``calls``: node -> call) returns such a value
     (channels-last ``(N, H, W, C)`` memory, or channel-major ``(C, N, H, W)``); an
     elementwise group or op keeps the memory order of an input of its own rank
-    (`KernelCall`'s permuted runs, numpy's ufuncs), so the order flows through it. The numba backend reads this to price a kernel that would
+    (`KernelCall`'s permuted runs, numpy's ufuncs), so the order flows through it,
+    into every result of a group with several (a training graph's ReLU and its
+    mask), and each item of such a tuple (a pool's values and indices) lies as
+    its call made it. The numba backend reads this to price a kernel that would
     broadcast over such a value (`fxkit.backends.cost_model.strided_group`) and
     to run a ``view`` of one as a ``reshape``.
     """
@@ -471,16 +506,20 @@ def reordered_values(nodes, calls):
             continue
         if node in calls:
             found.add(node.name)
+        elif node.target is _GETITEM and getattr(node.args[0], "name", None) in found:
+            found.add(node.name)
         elif isinstance(node.target, FusedOp) or getattr(node.target, "kind", None) == "elementwise":
             out = node.meta.get("tensor_meta")
-            rank = len(out.shape) if isinstance(out, TensorMeta) else None
-            if any(getattr(a, "name", None) in found and len(a.meta["tensor_meta"].shape) == rank
-                   for a in node.args):
+            metas = (out,) if isinstance(out, TensorMeta) else out if isinstance(out, tuple) else ()
+            ranks = {len(m.shape) for m in metas if isinstance(m, TensorMeta)}
+            if any(getattr(a, "name", None) in found and isinstance(a.meta.get("tensor_meta"), TensorMeta)
+                   and len(a.meta["tensor_meta"].shape) in ranks for a in node.args):
                 found.add(node.name)
     return found
 
 
 _CONV_TRANSPOSE2D = get_op("conv_transpose2d")
+_GETITEM = get_op("getitem")
 CONV_RULES = {get_op("conv2d"): lower_conv2d}
 """Registry op -> ``rule(node) -> (call or None, Decision)``: how the numba backend runs that op."""
 POOL_RULES = {get_op("max_pool2d"): lower_max_pool2d}

@@ -71,6 +71,7 @@ from fxkit.backends.kernel_source import fused_kernel_source
 from fxkit.backends.linear_lowering import LINEAR_RULES
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
+from fxkit.backends.scatter_lowering import SCATTER_RULES
 from fxkit.backends.split_bias import SplitLinearBias, rejoin_linear_biases
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
 from fxkit.codegen.numba_reduction import row_kernel
@@ -134,6 +135,9 @@ class NumbaBackend(NumpyBackend):
                 call, decision = chooser.choose(node, *CONV_RULES[node.target](node), _reordering(calls, in_order))
             elif node.op == "call" and node.target in GRAD_CONV_RULES:
                 call, decision = GRAD_CONV_RULES[node.target](node)
+                in_order.add(node)
+            elif node.op == "call" and node.target in SCATTER_RULES:
+                call, decision = SCATTER_RULES[node.target](node)
                 in_order.add(node)
             elif node.op == "call" and node.target in LINEAR_RULES:
                 call, decision = LINEAR_RULES[node.target](node)

@@ -1,5 +1,6 @@
 """numba kernels for the convolution work BLAS does not do: depthwise convs (one filter per channel), the
-im2col gather of single-group convs and its adjoint (col2im), and the channels-last max pool.
+im2col gather of single-group convs and its adjoint (col2im), and the channels-last max pool (with
+or without the indices of its maxima).
 
 A depthwise conv2d (``groups == in_channels``: MobileNet, EfficientNet) is,
 through im2col, ``N * C`` matrix products of a ``1 x kH*kW`` row by a
@@ -218,6 +219,49 @@ def max_pool_nhwc(out, x, kh, kw, sh, sw, ph, pw):
                                 out[image, y, xo, k] = v if v > m or v != v else m
 
 
+
+@numba.njit(**_JIT)
+def max_pool_indices_nhwc(out, indices, x, kh, kw, sh, sw, ph, pw):
+    """`max_pool_nhwc` that also records where each maximum came from, as the eager pool's
+    ``return_indices`` (what a training graph's pool backward scatters into): ``indices[n, y, x, c]`` is
+    the flat ``iy * W + ix`` of the tap kept. A tap replaces the maximum when strictly greater or NaN, in
+    window order from the first tap inside the input, so ties keep the first and the last NaN wins, as
+    PyTorch's scan. numpy's version (a masked update of the tap array per tap) took 6.1 ms for ResNet-18's
+    pool in a batch-8 training step at 64x64.
+
+    Args:
+        out: ``(N, OH, OW, C)``, C-contiguous, overwritten.
+        indices: ``(N, OH, OW, C)`` int64, C-contiguous, overwritten.
+        x: ``(N, H, W, C)``, C-contiguous, unpadded.
+        kh, kw, sh, sw, ph, pw: window, stride and leading padding.
+    """
+    n, oh, ow, c = out.shape
+    h, w = x.shape[1], x.shape[2]
+    for image in range(n):
+        for y in range(oh):
+            for xo in range(ow):
+                first = True
+                for p in range(kh):
+                    iy = y * sh - ph + p
+                    if iy < 0 or iy >= h:
+                        continue
+                    for q in range(kw):
+                        ix = xo * sw - pw + q
+                        if ix < 0 or ix >= w:
+                            continue
+                        flat = iy * w + ix
+                        if first:
+                            for k in range(c):
+                                out[image, y, xo, k] = x[image, iy, ix, k]
+                                indices[image, y, xo, k] = flat
+                            first = False
+                        else:
+                            for k in range(c):
+                                v = x[image, iy, ix, k]
+                                taken = v > out[image, y, xo, k] or v != v
+                                out[image, y, xo, k] = v if taken else out[image, y, xo, k]
+                                indices[image, y, xo, k] = flat if taken else indices[image, y, xo, k]
+
 def warm(dtype, xp=np):
     """Compile both entry points for ``dtype`` now (the specialisation's compile time, not its first call)."""
     out = xp.zeros((1, 1, 1, 1), dtype)
@@ -226,9 +270,11 @@ def warm(dtype, xp=np):
 
 
 def warm_max_pool(dtype, xp=np):
-    """Compile `max_pool_nhwc` for ``dtype`` now (the specialisation's compile time, not its first call)."""
+    """Compile `max_pool_nhwc` and `max_pool_indices_nhwc` for ``dtype`` now (the specialisation's compile
+    time, not its first call)."""
     x = xp.zeros((1, 1, 1, 1), dtype)
     max_pool_nhwc(x.copy(), x, 1, 1, 1, 1, 0, 0)
+    max_pool_indices_nhwc(x.copy(), xp.zeros(x.shape, np.int64), x, 1, 1, 1, 1, 0, 0)
 
 
 def warm_im2col(dtype, xp=np):

@@ -1,0 +1,84 @@
+"""How the numba backend runs ``scatter`` and ``scatter_add`` along the last dimension (the max-pool backward).
+
+A scatter whose index covers every leading position of its input
+(``index.shape[:-1] == input.shape[:-1]``) and has its ``src``'s shape is a
+row-by-row loop: each row of ``src`` written (or, ``scatter_add`` and
+``reduce="add"``, added) at the positions its row of ``index`` names, in
+`fxkit.backends.numba_scatter`. That is the shape of a training graph's
+max-pool backward (`fxkit.transforms.grad`); any other scatter, one writing a
+``value``, multiplying, or of other dtypes, keeps the eager op, a `Decision`
+``explain()`` prints. An index out of range makes the call run the eager op,
+which raises its error.
+"""
+import numpy as np
+
+from fxkit.backends.conv_lowering import take
+from fxkit.backends.cost_model import Decision
+from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.ops.indexing import along_layout
+from fxkit.runtime.registry import get_op
+
+_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+class ScatterRows:
+    """A lowered ``scatter``/``scatter_add`` node: called like the op's impl without ``xp``."""
+
+    __slots__ = ("__name__", "op", "add", "shape", "dtype", "_outputs", "_kernel")
+
+    def __init__(self, name, op, add, out_meta):
+        from fxkit.backends import numba_scatter  # NOTE: numba loads only when a scatter is lowered
+
+        self.__name__, self.op, self.add = name, op, add
+        self.shape, self.dtype = tuple(out_meta.shape), out_meta.dtype.np
+        self._outputs = []
+        numba_scatter.warm(self.dtype)
+        self._kernel = numba_scatter.scatter_rows
+
+    def __call__(self, input, dim, index, src=None, **options):  # noqa: A002
+        out = take(self._outputs, self.shape, self.dtype)
+        np.copyto(out, input)
+        length = self.shape[-1]
+        rows = np.ascontiguousarray(index).reshape(-1, index.shape[-1])
+        values = np.ascontiguousarray(src).reshape(rows.shape)
+        if not self._kernel(out.reshape(-1, length), rows, values, self.add):
+            return self.op.impl(np, input, dim, index, src, **options)  # NOTE: raises the index's error
+        return out
+
+    def __repr__(self):
+        return f"<ScatterRows {self.__name__} -> {self.shape}>"
+
+
+def lower_scatter(node):
+    """``(call or None, Decision)`` for a ``scatter`` or ``scatter_add`` node."""
+    op = node.target
+    eager = f"numpy {op.name}"
+    args = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
+    kwargs = {k: v.meta.get("tensor_meta") if hasattr(v, "meta") else v for k, v in node.kwargs.items()}
+    try:
+        bound = op.signature.bind(*args, **kwargs).arguments
+    except TypeError as exc:
+        return None, Decision(node.name, eager, f"arguments do not bind: {exc}")
+    x, index, src, out = bound.get("input"), bound.get("index"), bound.get("src"), node.meta.get("tensor_meta")
+    if not all(isinstance(m, TensorMeta) for m in (x, index, src, out)):
+        return None, Decision(node.name, eager, "writes a value, or an operand's metadata is unknown")
+    reduce = bound.get("reduce")
+    if reduce not in (None, "add") or bound.get("value") is not None:
+        return None, Decision(node.name, eager, f"reduce={reduce!r}")
+    if x.dtype.name not in _DTYPES or src.dtype is not x.dtype or index.dtype.name != "int64" or not x.shape:
+        return None, Decision(node.name, eager, f"{x.dtype.name} values, {index.dtype.name} index")
+    dim = bound.get("dim")
+    if not isinstance(dim, int) or along_layout(op.name, x.shape, dim, index, src.shape) != len(x.shape) - 1:
+        return None, Decision(node.name, eager, f"along dimension {dim}, not the last")
+    if tuple(index.shape[:-1]) != tuple(x.shape[:-1]) or tuple(src.shape) != tuple(index.shape):
+        return None, Decision(node.name, eager, f"index {list(index.shape)} does not cover input "
+                                                f"{list(x.shape)} with src {list(src.shape)}'s shape")
+    add = op is _SCATTER_ADD or reduce == "add"
+    call = ScatterRows(f"{node.name}_rows", op, add, out)
+    return call, Decision(node.name, f"{op.name} rows, numba", f"along the last of {list(x.shape)}: each value "
+                                                               f"{'added' if add else 'written'} once, in order")
+
+
+_SCATTER_ADD = get_op("scatter_add")
+SCATTER_RULES = {get_op("scatter"): lower_scatter, _SCATTER_ADD: lower_scatter}
+"""Registry op -> ``rule(node) -> (call or None, Decision)``; results lie in their shape's order."""
