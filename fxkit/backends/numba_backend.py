@@ -62,6 +62,7 @@ import os
 import numpy as np
 
 from fxkit.backends.backend import register_backend
+from fxkit.backends.batch_norm_lowering import BATCH_NORM_RULES
 from fxkit.backends.conv_choice import MODES, ConvChooser
 from fxkit.backends.conv_grad_lowering import GRAD_CONV_RULES
 from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_values
@@ -136,6 +137,8 @@ class NumbaBackend(NumpyBackend):
             elif node.op == "call" and node.target in GRAD_CONV_RULES:
                 call, decision = GRAD_CONV_RULES[node.target](node)
                 in_order.add(node)
+            elif node.op == "call" and node.target in BATCH_NORM_RULES:
+                call, decision = BATCH_NORM_RULES[node.target](node)
             elif node.op == "call" and node.target in SCATTER_RULES:
                 call, decision = SCATTER_RULES[node.target](node)
                 in_order.add(node)
