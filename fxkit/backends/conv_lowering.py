@@ -206,20 +206,25 @@ class Im2colConv(_ChannelsLast):
         numba_conv.warm_im2col(self.dtype)
 
     def __call__(self, x, weight, bias=None, *geometry):
-        rows = self._input(x)
-        n, h, w, c = rows.shape
-        oc, _, kh, kw = weight.shape
-        _, oh, ow, _ = self.shape
-        taps, pixels = kh * kw * c, n * oh * ow
-        wmat = packed_weight(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(taps, oc))
+        oc, c, kh, kw = weight.shape
+        wmat = packed_weight(self, weight, lambda v: v.transpose(2, 3, 1, 0).reshape(kh * kw * c, oc))
+        return self._multiply(self._input(x), wmat, kh, kw, bias)
+
+    def _multiply(self, rows, wmat, kh, kw, bias):
+        """The conv of ``rows`` (``(N, H, W, C)``) by ``wmat`` (``(KH*KW*C, OC)``, taps in window order)."""
         out = self._output()
-        flat = out.reshape(pixels, oc)
-        blocks = self._image_blocks(rows, kh, kw) if c < NARROW_CHANNELS else self._pixel_blocks(rows, kh, kw)
-        for first, columns in blocks:
+        flat = out.reshape(-1, wmat.shape[1])
+        for first, columns in self.blocks(rows, kh, kw):
             np.matmul(columns, wmat, out=flat[first:first + len(columns)])
             if bias is not None:
                 flat[first:first + len(columns)] += bias
         return out.transpose(0, 3, 1, 2)
+
+    def blocks(self, rows, kh, kw):
+        """``(first output pixel, columns)``: the windows of ``rows`` ``(N, H, W, C)`` block by block, taps in
+        ``(KH, KW, C)`` order."""
+        return self._image_blocks(rows, kh, kw) if rows.shape[3] < NARROW_CHANNELS else \
+            self._pixel_blocks(rows, kh, kw)
 
     def _pixel_blocks(self, rows, kh, kw):
         """``(first output pixel, columns)`` for each block of `COLUMN_BLOCK_BYTES`, gathered by numba."""

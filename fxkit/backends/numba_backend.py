@@ -136,7 +136,8 @@ class NumbaBackend(NumpyBackend):
                 call, decision = chooser.choose(node, *CONV_RULES[node.target](node), _reordering(calls, in_order))
             elif node.op == "call" and node.target in GRAD_CONV_RULES:
                 call, decision = GRAD_CONV_RULES[node.target](node)
-                in_order.add(node)
+                if getattr(call, "in_shape_order", False):
+                    in_order.add(node)
             elif node.op == "call" and node.target in BATCH_NORM_RULES:
                 call, decision = BATCH_NORM_RULES[node.target](node)
             elif node.op == "call" and node.target in SCATTER_RULES:

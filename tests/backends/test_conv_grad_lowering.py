@@ -82,13 +82,23 @@ class Upsampler(nn.Module):
         return ((self.grouped(y) - target) ** 2).mean()
 
 
+@pytest.mark.parametrize("layout", ["channels-last", "channel-major"])
 @pytest.mark.parametrize("dtype, rtol", [(fxkit.float32, 2e-5), (fxkit.float64, 1e-11)])
-def test_training_graph_gradients_match_float64_eager(dtype, rtol, rng):
+def test_training_graph_gradients_match_float64_eager(layout, dtype, rtol, rng):
+    """Small weights take channels-last columns and stride-1 transposed convs run as convs; from
+    TRAINED_CHANNEL_MAJOR_MIN elements (here every weight) channel-major columns and col2im."""
+    from unittest import mock
+
+    from fxkit.backends import conv_lowering
+
     fxkit.manual_seed(0)
     model = Upsampler().to(dtype)
     x = fxkit.from_numpy(rng.standard_normal((2, 3, 32, 32)).astype(dtype.np))
     target = fxkit.from_numpy(rng.standard_normal((2, 6, 8, 8)).astype(dtype.np))
-    compiled = fxkit.compile(grad(model, example_inputs=[x, target]), backend="numba", example_inputs=[x, target])
+    limit = conv_lowering.TRAINED_CHANNEL_MAJOR_MIN if layout == "channels-last" else 1
+    with mock.patch.object(conv_lowering, "TRAINED_CHANNEL_MAJOR_MIN", limit):
+        compiled = fxkit.compile(grad(model, example_inputs=[x, target]), backend="numba",
+                                 example_inputs=[x, target])
     loss, grads = compiled(x, target)
 
     reference = copy.deepcopy(model).double()
@@ -101,8 +111,14 @@ def test_training_graph_gradients_match_float64_eager(dtype, rtol, rng):
         assert np.linalg.norm(got - want) <= rtol * np.linalg.norm(want), name
 
     explained = compiled.explain()
-    assert "weight gradient, channel-major columns" in explained
-    assert "transposed conv, channel-major col2im" in explained
+    if layout == "channels-last":
+        assert "weight gradient, channel-major columns" not in explained
+        assert explained.count("weight gradient, channels-last columns") == 5  # the transposed conv's too
+        assert explained.count("transposed conv as a conv, channels-last") == 1  # the dilated conv's input grad
+        assert "transposed conv, channel-major col2im" in explained  # stride 2 (the model's own, the down conv's)
+    else:
+        assert "weight gradient, channels-last columns" not in explained
+        assert "transposed conv as a conv" not in explained
     assert "2 groups" in explained  # the grouped conv's gradients stay eager's
 
 
@@ -160,3 +176,19 @@ def test_a_training_graph_multiplies_its_large_weights_as_they_lie(rng):
     for name, p in reference.named_parameters():
         want = p.grad.numpy()
         assert np.linalg.norm(grads["model." + name].numpy() - want) <= 2e-5 * np.linalg.norm(want), name
+
+
+def test_weight_gradients_a_caller_keeps_are_never_written_again(rng):
+    """Weight gradients come from a pool of buffers: one the caller (an optimizer's ``.grad``) still holds is
+    not handed out by the next call."""
+    fxkit.manual_seed(2)
+    model = Upsampler()
+    x = fxkit.from_numpy(rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
+    target = fxkit.from_numpy(rng.standard_normal((1, 6, 4, 4)).astype(np.float32))
+    compiled = fxkit.compile(grad(model, example_inputs=[x, target]), backend="numba", example_inputs=[x, target])
+    _, first = compiled(x, target)
+    kept = {name: g.numpy().copy() for name, g in first.items()}
+    for _ in range(3):
+        compiled(fxkit.from_numpy(rng.standard_normal((1, 3, 16, 16)).astype(np.float32)), target)
+    for name, g in first.items():
+        np.testing.assert_array_equal(g.numpy(), kept[name], err_msg=name)
