@@ -31,9 +31,11 @@ import math
 import numpy as np
 
 from fxkit.backends import conv_lowering
-from fxkit.backends.conv_lowering import Im2colConv, _ConvCall, channel_major_columns, scratch, take
+from fxkit.backends.conv_lowering import (ChannelMajorConv, Im2colConv, _ConvCall, channel_major_columns, scratch,
+                                          take)
 from fxkit.backends.packed_weight import packed_weight
 from fxkit.backends.cost_model import Decision
+from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.autograd.backward_ops import conv_pads
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.conv import ntuple
@@ -58,20 +60,62 @@ class WeightGradConv(_ConvCall):
     """``conv2d_weight_grad``: channel-major columns of the input, one ``(OC, N*OH*OW) @ (N*OH*OW, C*KH*KW)``
     product straight into the weight-shaped result."""
 
-    __slots__ = ("pads", "stride", "dilation", "_padded")
+    __slots__ = ("pads", "stride", "dilation", "_padded", "forward")
     in_shape_order = True
 
     def __init__(self, name, out_meta, pads, stride, dilation):
         super().__init__(name, out_meta)
         self.pads, self.stride, self.dilation = pads, stride, dilation
         self._padded = []
+        self.forward = None  # the forward conv's `ChannelMajorConv` when it keeps these columns (`share_columns`)
 
     def __call__(self, x, weight_size, grad_output, *geometry):
         oc, c, kh, kw = self.shape
-        columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded)
+        columns = self._forward_columns(x)
+        if columns is None:
+            columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded)
         out = self._output()  # NOTE: a gradient the optimizer still holds is never handed out again (`take`)
         np.matmul(channel_major(grad_output), columns.T, out=out.reshape(oc, c * kh * kw))
         return out
+
+
+    def _forward_columns(self, x):
+        """The columns the forward conv gathered from this very ``x``, unwritten since, or None; handed over
+        once (the forward's buffer is then free for its next call)."""
+        forward = self.forward
+        kept = forward.kept if forward is not None else None
+        if kept is None:
+            return None
+        forward.kept = None
+        source, writes, columns = kept
+        return columns if source() is x and writes == WRITES[0] else None
+
+
+def share_columns(graph, calls):
+    """Let each channel-major weight gradient (`WeightGradConv`) take the columns its forward conv gathered:
+    a ``conv2d`` node of the same input and geometry, run channel-major (``calls``: node -> call). Its
+    columns are then kept in a buffer of the forward call's own until the gradient reads them: ResNet-18's
+    layer3 and layer4 gathered each twice (0.55-0.75 ms a gather at batch 8, 64x64)."""
+    forwards = {}
+    for node in graph.nodes:
+        call = calls.get(node)
+        if node.op == "call" and node.target is _CONV2D and isinstance(call, ChannelMajorConv) and \
+                len(node.args) >= 2 and not node.kwargs:
+            forwards.setdefault(_columns_key(node.args[0], node.args[1].meta.get("tensor_meta"), node.args[3:]),
+                                call)
+    for node in graph.nodes:
+        call = calls.get(node)
+        if isinstance(call, WeightGradConv) and not node.kwargs:
+            forward = forwards.get(_columns_key(node.args[0], tuple(node.args[1]), node.args[3:]))
+            if forward is not None and (forward.pads, forward.stride, forward.dilation) == \
+                    (call.pads, call.stride, call.dilation):
+                forward.keep_columns, call.forward = True, forward
+
+
+def _columns_key(x, weight, geometry):
+    """What fixes a conv's columns: its input node, its weight's shape, stride, padding, dilation, groups."""
+    shape = tuple(weight.shape) if isinstance(weight, TensorMeta) else tuple(weight)
+    return x, shape, tuple(tuple(g) if isinstance(g, (list, tuple)) else g for g in geometry)
 
 
 class WeightGradChannelsLast(_ConvCall):
@@ -227,6 +271,7 @@ def lower_conv_transpose2d(node):
                           f"into the output planes")
 
 
+_CONV2D = get_op("conv2d")
 GRAD_CONV_RULES = {get_op("conv2d_weight_grad"): lower_conv2d_weight_grad,
                    get_op("conv_transpose2d"): lower_conv_transpose2d}
 """Registry op -> ``rule(node) -> (call or None, Decision)``; results lie in their shape's order where the call's

@@ -55,11 +55,13 @@ code keeps stays valid.
 import math
 import sys
 import threading
+import weakref
 
 import numpy as np
 
 from fxkit.backends.cost_model import Decision
 from fxkit.backends.packed_weight import packed_weight
+from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.ops.conv import conv_geometry, ntuple
 from fxkit.runtime.registry import get_op
@@ -271,7 +273,7 @@ class ChannelMajorConv(_ConvCall):
     ``(N, OC, OH, OW)`` view of the ``(OC, N, OH, OW)`` product (no transposing copy). For 1x1 convs with
     fewer output pixels than channels, where BLAS runs this orientation fastest."""
 
-    __slots__ = ("pads", "stride", "dilation", "out_shape", "_padded")
+    __slots__ = ("pads", "stride", "dilation", "out_shape", "_padded", "keep_columns", "kept", "_columns")
 
     def __init__(self, name, out_meta, pads, stride, dilation):
         n, oc, oh, ow = out_meta.shape
@@ -279,10 +281,16 @@ class ChannelMajorConv(_ConvCall):
         self.shape, self.out_shape = (oc, n * oh * ow), (n, oc, oh, ow)
         self.pads, self.stride, self.dilation = pads, stride, dilation
         self._padded = []
+        self.keep_columns, self.kept, self._columns = False, None, []
 
     def __call__(self, x, weight, bias=None, *geometry):
         oc, _, kh, kw = weight.shape
-        columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded)
+        own = take(self._columns, (weight[0].size, self.shape[1]), self.dtype) if self.keep_columns else None
+        columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded, own)
+        if own is not None and columns is own:
+            # NOTE: a weak reference: holding the input would keep it alive past its last use (and out of
+            # the pools that would hand its buffer out again).
+            self.kept = (weakref.ref(x), WRITES[0], columns)
         out = self._output()
         np.matmul(weight.reshape(oc, columns.shape[0]), columns, out=out)
         if bias is not None:
@@ -291,10 +299,11 @@ class ChannelMajorConv(_ConvCall):
         return out.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3)
 
 
-def channel_major_columns(x, kh, kw, pads, stride, dilation, padded_pool):
+def channel_major_columns(x, kh, kw, pads, stride, dilation, padded_pool, out=None):
     """The windows of ``x`` ``(N, C, H, W)``, any memory layout, as a ``(C*KH*KW, N*OH*OW)`` matrix (taps in a
-    weight's order): a view when ``x`` is a 1x1 conv's dense channel-major input, else copied into the shared
-    columns (`scratch`), through a padded copy of ``x`` kept in ``padded_pool`` when there is padding.
+    weight's order): a view when ``x`` is a 1x1 conv's dense channel-major input, else copied into ``out``
+    or the shared columns (`scratch`), through a padded copy of ``x`` kept in ``padded_pool`` when there is
+    padding.
 
     numpy's strided copies, not a numba gather: on ResNet-18's 16x16 to 2x2 maps (runs of 16 to 2 values) a
     numba loop per window row took 0.7-1.5 ms where numpy's copy took 0.44-0.6 ms (batch 8, 64-512 channels).
@@ -315,7 +324,7 @@ def channel_major_columns(x, kh, kw, pads, stride, dilation, padded_pool):
     # NOTE: a 1x1 stride-1 conv of channel-major memory (or NCHW at batch 1) reads it as its columns.
     if (kh, kw) == (1, 1) and _dense(windows):
         return windows.reshape(c, n * oh * ow)
-    columns = scratch((c * kh * kw, n * oh * ow), x.dtype)
+    columns = scratch((c * kh * kw, n * oh * ow), x.dtype) if out is None else out
     np.copyto(columns.reshape(c, kh, kw, n, oh, ow), windows)
     return columns
 

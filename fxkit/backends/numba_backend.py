@@ -64,7 +64,7 @@ import numpy as np
 from fxkit.backends.backend import register_backend
 from fxkit.backends.batch_norm_lowering import BATCH_NORM_RULES
 from fxkit.backends.conv_choice import MODES, ConvChooser
-from fxkit.backends.conv_grad_lowering import GRAD_CONV_RULES
+from fxkit.backends.conv_grad_lowering import GRAD_CONV_RULES, share_columns
 from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_values
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
@@ -159,6 +159,7 @@ class NumbaBackend(NumpyBackend):
         reordering = _reordering(calls, in_order)
         chooser.settle(gm.graph, reordering, decisions)
         calls.update(reordering)
+        share_columns(gm.graph, calls)
         reordered = reordered_values(gm.graph.nodes, reordering)
         while True:  # NOTE: a pool lowered channels-last makes its readers' inputs channels-last in turn
             lowered = False

@@ -192,3 +192,57 @@ def test_weight_gradients_a_caller_keeps_are_never_written_again(rng):
         compiled(fxkit.from_numpy(rng.standard_normal((1, 3, 16, 16)).astype(np.float32)), target)
     for name, g in first.items():
         np.testing.assert_array_equal(g.numpy(), kept[name], err_msg=name)
+
+
+def test_a_channel_major_weight_gradient_takes_its_forward_conv_s_columns(rng):
+    """A weight gradient of the forward conv's own input and geometry reads the columns that conv gathered,
+    once, and only from that very input unwritten since; the gradients still match float64 eager."""
+    from unittest import mock
+
+    from fxkit.backends import conv_grad_lowering, conv_lowering
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1, stride=2))
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return (self.model(x) ** 2).sum()
+
+    x = fxkit.from_numpy(rng.standard_normal((2, 3, 9, 9)).astype(np.float64))
+    model.double()
+    with mock.patch.object(conv_lowering, "TRAINED_CHANNEL_MAJOR_MIN", 1):
+        compiled = fxkit.compile(grad(Loss(), example_inputs=[x]), backend="numba", example_inputs=[x])
+    calls = compiled._last.lowered.fn.__globals__
+    (linked,) = [c for c in calls.values() if isinstance(c, conv_grad_lowering.WeightGradConv) and c.forward]
+    gathered = []
+    original = conv_grad_lowering.channel_major_columns
+    with mock.patch.object(conv_grad_lowering, "channel_major_columns",
+                           lambda *a, **k: gathered.append(a[0].shape) or original(*a, **k)):
+        _, grads = compiled(x)
+    assert (2, 8, 9, 9) not in gathered  # the second conv's input: its columns came from the forward
+    assert linked.forward.kept is None  # handed over once
+    reference = copy.deepcopy(model)
+    (reference(x) ** 2).sum().backward()
+    for name, p in reference.named_parameters():
+        np.testing.assert_allclose(grads["model." + name].numpy(), p.grad.numpy(), rtol=1e-10, atol=1e-10)
+
+    # another array than the one the forward gathered from: the gradient gathers its own columns
+    forward = linked.forward
+    weight = model[2].weight.numpy()
+    first = rng.standard_normal((2, 8, 9, 9))
+    forward(first, weight, None)
+    other = rng.standard_normal((2, 8, 9, 9))
+    g = rng.standard_normal((2, 8, 5, 5))
+    got = linked(other, weight.shape, g)
+    expected = conv_grad_lowering.WeightGradConv("fresh", _meta(weight.shape),
+                                                 linked.pads, linked.stride, linked.dilation)(other, weight.shape, g)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def _meta(shape):
+    from fxkit.runtime.meta import TensorMeta
+
+    return TensorMeta(tuple(shape), fxkit.float64, fxkit.device("cpu"))
