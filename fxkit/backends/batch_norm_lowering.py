@@ -20,6 +20,7 @@ import numpy as np
 from fxkit.backends.conv_lowering import take
 from fxkit.backends.cost_model import Decision
 from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.ops.norm_ops import update_running_statistics
 from fxkit.runtime.registry import get_op
 
 _FLOATS = ("float32", "float64")
@@ -86,13 +87,7 @@ class BatchNormTraining(_InLayout):
         kernel(kernel_view(memory, order, kind, c), kernel_view(input.transpose(order), order, kind, c),
                np.ones(c, self.dtype) if weight is None else weight,
                np.zeros(c, self.dtype) if bias is None else bias, float(eps), mean, var)
-        count = input.size // c
-        if running_mean is not None:
-            running_mean *= 1 - momentum
-            running_mean += mean * momentum
-        if running_var is not None:
-            running_var *= 1 - momentum
-            running_var += var * (momentum * count / (count - 1))
+        update_running_statistics(running_mean, running_var, mean, var, momentum, input.size // c)
         return out
 
 

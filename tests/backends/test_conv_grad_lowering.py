@@ -59,6 +59,17 @@ def test_im2col_and_col2im_are_adjoint(geometry, channels_last, seed):
     assert np.isclose((expected * y).sum(), (x * out).sum(), rtol=1e-12, atol=1e-12)
 
 
+class SumOfSquares(nn.Module):
+    """``model``'s outputs squared and summed: a loss for a training graph of any model."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return (self.model(x) ** 2).sum()
+
+
 class Upsampler(nn.Module):
     """Every geometry the rules take (a 7x7 stride-2 stem, stride, dilation, a 1x1 stride-2 conv, a
     transposed conv with output padding and bias) and one they leave to eager (two groups)."""
@@ -153,16 +164,8 @@ def test_a_training_graph_multiplies_its_large_weights_as_they_lie(rng):
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 16, 3, padding=1))
     x = fxkit.from_numpy(rng.standard_normal((2, 3, 6, 6)).astype(np.float32))
 
-    class Loss(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return (self.model(x) ** 2).sum()
-
     with mock.patch.object(conv_lowering, "TRAINED_CHANNEL_MAJOR_MIN", 4 * 16 * 9):
-        training = fxkit.compile(grad(Loss(), example_inputs=[x]), backend="numba", example_inputs=[x])
+        training = fxkit.compile(grad(SumOfSquares(model), example_inputs=[x]), backend="numba", example_inputs=[x])
         inference = fxkit.compile(model, backend="numba", example_inputs=[x])
     choices = {d.node: d.choice for d in training._last.lowered.decisions if d.node in ("conv2d", "conv2d_1")}
     assert choices == {"conv2d": "im2col, channels-last", "conv2d_1": "im2col, channel-major"}
@@ -203,18 +206,10 @@ def test_a_channel_major_weight_gradient_takes_its_forward_conv_s_columns(rng):
 
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1, stride=2))
 
-    class Loss(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return (self.model(x) ** 2).sum()
-
     x = fxkit.from_numpy(rng.standard_normal((2, 3, 9, 9)).astype(np.float64))
     model.double()
     with mock.patch.object(conv_lowering, "TRAINED_CHANNEL_MAJOR_MIN", 1):
-        compiled = fxkit.compile(grad(Loss(), example_inputs=[x]), backend="numba", example_inputs=[x])
+        compiled = fxkit.compile(grad(SumOfSquares(model), example_inputs=[x]), backend="numba", example_inputs=[x])
     calls = compiled._last.lowered.fn.__globals__
     (linked,) = [c for c in calls.values() if isinstance(c, conv_grad_lowering.WeightGradConv) and c.forward]
     gathered = []

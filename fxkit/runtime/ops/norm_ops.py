@@ -82,14 +82,8 @@ def batch_norm(xp, input, running_mean, running_var, weight=None, bias=None, tra
     _check_batch_norm(input, running_mean, running_var, weight, bias, training)
     x = input
     if training:
-        count = x.size // x.shape[1]
         mean, var = _batch_statistics(xp, x, stat_dtype(x))
-        if running_mean is not None:
-            running_mean *= 1 - momentum
-            running_mean += mean * momentum
-        if running_var is not None:
-            running_var *= 1 - momentum
-            running_var += var * (momentum * count / (count - 1))
+        update_running_statistics(running_mean, running_var, mean, var, momentum, x.size // x.shape[1])
     else:
         mean, var = running_mean, running_var
     # scale = weight / sqrt(var + eps), shift = bias - mean * scale, both (C,)
@@ -103,6 +97,17 @@ def batch_norm(xp, input, running_mean, running_var, weight=None, bias=None, tra
     if bias is not None:
         shift += bias
     return _channel_affine(xp, x, scale, shift, (x.shape[1],) + (1,) * (x.ndim - 2))
+
+
+def update_running_statistics(running_mean, running_var, mean, var, momentum, count):
+    """``running = (1 - momentum) * running + momentum * batch``, in place, with the batch's unbiased
+    variance (``var`` is the biased one of ``count`` values per channel), as PyTorch; either may be None."""
+    if running_mean is not None:
+        running_mean *= 1 - momentum
+        running_mean += mean * momentum
+    if running_var is not None:
+        running_var *= 1 - momentum
+        running_var += var * (momentum * count / (count - 1))
 
 
 def _batch_statistics(xp, x, acc):
