@@ -65,13 +65,14 @@ from fxkit.backends.backend import register_backend
 from fxkit.backends.batch_norm_lowering import BATCH_NORM_RULES
 from fxkit.backends.conv_choice import MODES, ConvChooser
 from fxkit.backends.conv_grad_lowering import GRAD_CONV_RULES, share_columns
-from fxkit.backends.conv_lowering import CONV_RULES, POOL_RULES, reordered_values
+from fxkit.backends.conv_lowering import CONV_RULES, reordered_values
 from fxkit.backends.cost_model import Decision, fused_decision, inline_group
 from fxkit.backends.fuse_rows import FuseRows
 from fxkit.backends.kernel_source import fused_kernel_source
 from fxkit.backends.linear_lowering import LINEAR_RULES
 from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numpy_backend import NumpyBackend, _check_devices, build_forward
+from fxkit.backends.pool_lowering import POOL_RULES
 from fxkit.backends.scatter_lowering import SCATTER_RULES
 from fxkit.backends.split_bias import SplitLinearBias, rejoin_linear_biases
 from fxkit.codegen.numba_kernel import elementwise_kernel, unsupported
