@@ -115,11 +115,16 @@ class BatchNormBackward(_InLayout):
 
 
 def _bound(node):
-    """The node's arguments by name, tensors as their TensorMeta."""
+    """The node's arguments by name, tensors as their TensorMeta (None when they do not bind: the eager op
+    reports that)."""
     def meta(a):
         return a.meta.get("tensor_meta") if hasattr(a, "meta") else a
 
-    return node.target.signature.bind(*map(meta, node.args), **{k: meta(v) for k, v in node.kwargs.items()}).arguments
+    try:
+        return node.target.signature.bind(*map(meta, node.args),
+                                          **{k: meta(v) for k, v in node.kwargs.items()}).arguments
+    except TypeError:
+        return None
 
 
 def _usable(x, vectors, numbers_):
@@ -140,6 +145,8 @@ def lower_batch_norm(node):
     """``(call or None, Decision)`` for a ``batch_norm`` node: training mode only."""
     eager = "numpy batch_norm"
     bound = _bound(node)
+    if bound is None:
+        return None, Decision(node.name, eager, "arguments do not bind to the op's signature")
     if bound.get("training", False) is not True:
         return None, Decision(node.name, eager, "evaluation mode (an affine map; fold_conv_bn removes most)")
     x = bound["input"]
@@ -156,6 +163,8 @@ def lower_batch_norm_backward(node):
     """``(call or None, Decision)`` for a ``batch_norm_training_backward`` node."""
     eager = "numpy batch_norm_training_backward"
     bound = _bound(node)
+    if bound is None:
+        return None, Decision(node.name, eager, "arguments do not bind to the op's signature")
     x = bound["input"]
     why = _usable(x, [bound.get("grad_output"), bound.get("weight")], [bound.get("eps", 1e-5)])
     if why is not None:
