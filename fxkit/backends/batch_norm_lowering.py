@@ -17,6 +17,7 @@ import numbers
 
 import numpy as np
 
+from fxkit.backends.bound_arguments import bound_metas
 from fxkit.backends.conv_lowering import take
 from fxkit.backends.cost_model import Decision
 from fxkit.runtime.meta import TensorMeta
@@ -115,14 +116,9 @@ class BatchNormBackward(_InLayout):
 
 
 def _bound(node):
-    """The node's arguments by name, tensors as their TensorMeta (None when they do not bind: the eager op
-    reports that)."""
-    def meta(a):
-        return a.meta.get("tensor_meta") if hasattr(a, "meta") else a
-
+    """`bound_metas` of ``node``, or None when its arguments do not bind (the eager op reports that)."""
     try:
-        return node.target.signature.bind(*map(meta, node.args),
-                                          **{k: meta(v) for k, v in node.kwargs.items()}).arguments
+        return bound_metas(node)
     except TypeError:
         return None
 

@@ -31,10 +31,11 @@ import math
 import numpy as np
 
 from fxkit.backends import conv_lowering
+from fxkit.backends.bound_arguments import bound_metas
 from fxkit.backends.conv_lowering import (ChannelMajorConv, Im2colConv, _ConvCall, channel_major_columns, scratch,
                                           take)
-from fxkit.backends.packed_weight import packed_weight
 from fxkit.backends.cost_model import Decision
+from fxkit.backends.packed_weight import packed_weight
 from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.autograd.backward_ops import conv_pads
 from fxkit.runtime.meta import TensorMeta
@@ -77,7 +78,6 @@ class WeightGradConv(_ConvCall):
         out = self._output()  # NOTE: a gradient the optimizer still holds is never handed out again (`take`)
         np.matmul(channel_major(grad_output), columns.T, out=out.reshape(oc, c * kh * kw))
         return out
-
 
     def _forward_columns(self, x):
         """The columns the forward conv gathered from this very ``x``, unwritten since, or None; handed over
@@ -196,8 +196,7 @@ def _metas(node):
     """``(bound arguments, None)``, each tensor argument as its TensorMeta, or ``(None, why)``."""
     if node.kwargs:
         return None, "called with keyword arguments (conv calls are positional)"
-    metas = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
-    return node.target.signature.bind(*metas).arguments, None
+    return bound_metas(node), None
 
 
 def _usable(tensors, out, groups):

@@ -59,6 +59,7 @@ import weakref
 
 import numpy as np
 
+from fxkit.backends.bound_arguments import bound_metas
 from fxkit.backends.cost_model import Decision
 from fxkit.backends.packed_weight import packed_weight
 from fxkit.runtime.autograd.autograd_meta import WRITES
@@ -360,11 +361,9 @@ class DepthwiseConv(_ChannelsLast):
 
 def lower_conv2d(node):
     """``(call or None, Decision)`` for a ``conv2d`` node (see the module docstring)."""
-    conv = node.target
     if node.kwargs:
         return None, Decision(node.name, "numpy conv2d", "called with keyword arguments (conv calls are positional)")
-    metas = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
-    bound = conv.signature.bind(*metas).arguments
+    bound = bound_metas(node)
     x, weight, bias = bound["input"], bound["weight"], bound.get("bias")
     out = node.meta.get("tensor_meta")
     if not all(isinstance(m, TensorMeta) for m in (x, weight, out)) or (bias is not None

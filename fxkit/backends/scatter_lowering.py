@@ -12,6 +12,7 @@ which raises its error.
 """
 import numpy as np
 
+from fxkit.backends.bound_arguments import bound_metas
 from fxkit.backends.conv_lowering import take
 from fxkit.backends.cost_model import Decision
 from fxkit.runtime.meta import TensorMeta
@@ -53,10 +54,8 @@ def lower_scatter(node):
     """``(call or None, Decision)`` for a ``scatter`` or ``scatter_add`` node."""
     op = node.target
     eager = f"numpy {op.name}"
-    args = [a.meta.get("tensor_meta") if hasattr(a, "meta") else a for a in node.args]
-    kwargs = {k: v.meta.get("tensor_meta") if hasattr(v, "meta") else v for k, v in node.kwargs.items()}
     try:
-        bound = op.signature.bind(*args, **kwargs).arguments
+        bound = bound_metas(node)
     except TypeError as exc:
         return None, Decision(node.name, eager, f"arguments do not bind: {exc}")
     x, index, src, out = bound.get("input"), bound.get("index"), bound.get("src"), node.meta.get("tensor_meta")
