@@ -183,57 +183,24 @@ def col2im_channel_major(out, columns, kh, kw, sh, sw, ph, pw, dh, dw):
 
 
 @numba.njit(**_JIT)
-def max_pool_nhwc(out, x, kh, kw, sh, sw, ph, pw):
+def max_pool_nhwc(out, x, kh, kw, sh, sw, ph, pw, indices=None):
     """Channels-last max pool: ``out[n, y, x, c]`` = the largest of the window's taps inside the input (padding
-    never wins, as the eager pool's -inf border), NaN when a tap is NaN (numpy's ``maximum``), on the calling
-    thread: the inner loop runs along the contiguous channels. numpy's nine strided ``maximum`` passes took
-    11.3 ms for ResNet-18's pool at batch 8 (224x224).
+    never wins, as the eager pool's -inf border), on the calling thread: the inner loop runs along the
+    contiguous channels. A tap replaces the maximum when strictly greater or NaN, in window order from the
+    first tap inside the input, so ties keep the first and the last NaN wins, as PyTorch's scan; with
+    ``indices`` (the eager pool's ``return_indices``, what a training graph's pool backward scatters by) the
+    flat ``iy * W + ix`` of the tap kept is written too. numba compiles the call without ``indices`` apart
+    (a None argument's branches are pruned), so an inference pool stores no index.
+
+    numpy's nine strided ``maximum`` passes took 11.3 ms for ResNet-18's pool at batch 8 (224x224); its
+    masked update of a tap array per tap, for the indices, 6.1 ms for the pool of a batch-8 training step at
+    64x64.
 
     Args:
         out: ``(N, OH, OW, C)``, C-contiguous, overwritten.
         x: ``(N, H, W, C)``, C-contiguous, unpadded.
         kh, kw, sh, sw, ph, pw: window, stride and leading padding.
-    """
-    n, oh, ow, c = out.shape
-    h, w = x.shape[1], x.shape[2]
-    for image in range(n):
-        for y in range(oh):
-            for xo in range(ow):
-                first = True
-                for p in range(kh):
-                    iy = y * sh - ph + p
-                    if iy < 0 or iy >= h:
-                        continue
-                    for q in range(kw):
-                        ix = xo * sw - pw + q
-                        if ix < 0 or ix >= w:
-                            continue
-                        if first:
-                            for k in range(c):
-                                out[image, y, xo, k] = x[image, iy, ix, k]
-                            first = False
-                        else:
-                            for k in range(c):
-                                v = x[image, iy, ix, k]
-                                m = out[image, y, xo, k]
-                                out[image, y, xo, k] = v if v > m or v != v else m
-
-
-
-@numba.njit(**_JIT)
-def max_pool_indices_nhwc(out, indices, x, kh, kw, sh, sw, ph, pw):
-    """`max_pool_nhwc` that also records where each maximum came from, as the eager pool's
-    ``return_indices`` (what a training graph's pool backward scatters into): ``indices[n, y, x, c]`` is
-    the flat ``iy * W + ix`` of the tap kept. A tap replaces the maximum when strictly greater or NaN, in
-    window order from the first tap inside the input, so ties keep the first and the last NaN wins, as
-    PyTorch's scan. numpy's version (a masked update of the tap array per tap) took 6.1 ms for ResNet-18's
-    pool in a batch-8 training step at 64x64.
-
-    Args:
-        out: ``(N, OH, OW, C)``, C-contiguous, overwritten.
-        indices: ``(N, OH, OW, C)`` int64, C-contiguous, overwritten.
-        x: ``(N, H, W, C)``, C-contiguous, unpadded.
-        kh, kw, sh, sw, ph, pw: window, stride and leading padding.
+        indices: None, or ``(N, OH, OW, C)`` int64, C-contiguous, overwritten.
     """
     n, oh, ow, c = out.shape
     h, w = x.shape[1], x.shape[2]
@@ -253,14 +220,22 @@ def max_pool_indices_nhwc(out, indices, x, kh, kw, sh, sw, ph, pw):
                         if first:
                             for k in range(c):
                                 out[image, y, xo, k] = x[image, iy, ix, k]
-                                indices[image, y, xo, k] = flat
+                            if indices is not None:
+                                for k in range(c):
+                                    indices[image, y, xo, k] = flat
                             first = False
+                        elif indices is None:
+                            for k in range(c):
+                                v = x[image, iy, ix, k]
+                                m = out[image, y, xo, k]
+                                out[image, y, xo, k] = v if v > m or v != v else m
                         else:
                             for k in range(c):
                                 v = x[image, iy, ix, k]
                                 taken = v > out[image, y, xo, k] or v != v
                                 out[image, y, xo, k] = v if taken else out[image, y, xo, k]
                                 indices[image, y, xo, k] = flat if taken else indices[image, y, xo, k]
+
 
 def warm(dtype, xp=np):
     """Compile both entry points for ``dtype`` now (the specialisation's compile time, not its first call)."""
@@ -270,11 +245,11 @@ def warm(dtype, xp=np):
 
 
 def warm_max_pool(dtype, xp=np):
-    """Compile `max_pool_nhwc` and `max_pool_indices_nhwc` for ``dtype`` now (the specialisation's compile
+    """Compile `max_pool_nhwc`, with and without indices, for ``dtype`` now (the specialisation's compile
     time, not its first call)."""
     x = xp.zeros((1, 1, 1, 1), dtype)
     max_pool_nhwc(x.copy(), x, 1, 1, 1, 1, 0, 0)
-    max_pool_indices_nhwc(x.copy(), xp.zeros(x.shape, np.int64), x, 1, 1, 1, 1, 0, 0)
+    max_pool_nhwc(x.copy(), x, 1, 1, 1, 1, 0, 0, xp.zeros(x.shape, np.int64))
 
 
 def warm_im2col(dtype, xp=np):

@@ -6,7 +6,7 @@ runs `fxkit.backends.numba_conv.max_pool_nhwc` along the contiguous channels
 and keeps the result channels-last for the next conv; numpy's NCHW pool
 would walk that memory against its strides. A pool that returns the indices
 of its maxima (``return_indices``, what `fxkit.transforms.grad`'s pool
-backward scatters by) runs `max_pool_indices_nhwc` from an input in any
+backward scatters by) runs it with indices from an input in any
 layout, as numpy's masked update per tap is the slow one. Ceil mode,
 dilation and non-float inputs keep numpy's pool; each choice is a `Decision`
 that ``explain()`` prints.
@@ -45,7 +45,7 @@ class MaxPoolChannelsLast(_ChannelsLast):
 
 class MaxPoolIndicesChannelsLast(MaxPoolChannelsLast):
     """A max pool that returns its maxima's indices too (``return_indices``, a training graph's pool), computed
-    channels-last by `fxkit.backends.numba_conv.max_pool_indices_nhwc` from an input in any layout (one that
+    channels-last by `fxkit.backends.numba_conv.max_pool_nhwc` from an input in any layout (one that
     does not lie channels-last is copied so first): numpy's masked update per tap took 17-45x as long."""
 
     __slots__ = ("_indices",)
@@ -56,10 +56,10 @@ class MaxPoolIndicesChannelsLast(MaxPoolChannelsLast):
 
     def __call__(self, x, *geometry, **options):
         """Called with the node's arguments; the geometry was read when lowering."""
-        from fxkit.backends.numba_conv import max_pool_indices_nhwc
+        from fxkit.backends.numba_conv import max_pool_nhwc
 
         out, indices = self._output(), take(self._indices, self.shape, np.int64)
-        max_pool_indices_nhwc(out, indices, self._input(x), *self.geometry)
+        max_pool_nhwc(out, self._input(x), *self.geometry, indices)
         return out.transpose(0, 3, 1, 2), indices.transpose(0, 3, 1, 2)
 
 

@@ -1,4 +1,4 @@
-"""The numba backend's max pool with indices and its backward (`fxkit.backends.numba_conv.max_pool_indices_nhwc`,
+"""The numba backend's max pool with indices and its backward (`fxkit.backends.numba_conv.max_pool_nhwc`,
 `fxkit.backends.scatter_lowering`): indices against a window-by-window reference, training graphs' gradients
 against float64 eager autograd, scatters against float64 numpy."""
 import copy
@@ -57,7 +57,7 @@ def test_pool_indices_match_the_window_scan(geometry, padding, seed):
     rows = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     out = np.empty(values.transpose(0, 2, 3, 1).shape, np.float32)
     where = np.empty(out.shape, np.int64)
-    numba_conv.max_pool_indices_nhwc(out, where, rows, kh, kw, sh, sw, ph, pw)
+    numba_conv.max_pool_nhwc(out, rows, kh, kw, sh, sw, ph, pw, where)
     np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), values)
     np.testing.assert_array_equal(where.transpose(0, 3, 1, 2), indices)
 
