@@ -9,7 +9,7 @@ from tests.conftest import HAS_CUDA
 
 
 def floats(*shape):
-    return fxkit.from_numpy(np.random.default_rng().random(shape).astype(np.float32) + 0.5)
+    return fxkit.rand(*shape) + 0.5
 
 
 def ints(*shape):
