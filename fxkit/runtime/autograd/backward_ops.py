@@ -11,11 +11,13 @@ from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.batch_last_columns import batch_last_columns, batch_last_input, has_short_rows
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.indexing import _along, _check_bounds, along_layout, getitem, torch_index
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
+from fxkit.runtime.ops.scratch import gathered
 
 
 def add_at(xp, out, index, values):
@@ -164,20 +166,26 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
     oc, cg, kernel = weight_size[0], weight_size[1], tuple(weight_size[2:])
     stride, dilation = ntuple(stride, nd, "conv2d", "stride"), ntuple(dilation, nd, "conv2d", "dilation")
     pads = conv_pads(padding, kernel, dilation)
-    x = pad_spatial(xp, input, pads) if any(lo or hi for lo, hi in pads) else input
-    n, g, k = x.shape[0], groups, cg * math.prod(kernel)
-    out_sizes = tuple((size - d * (kk - 1) - 1) // s + 1 for size, kk, s, d in zip(x.shape[2:], kernel, stride, dilation))
-    if tuple(grad_output.shape) != (n, oc) + out_sizes or x.shape[1] != cg * g:
+    n, g, k = input.shape[0], groups, cg * math.prod(kernel)
+    out_sizes = tuple((size + lo + hi - d * (kk - 1) - 1) // s + 1
+                      for size, (lo, hi), kk, s, d in zip(input.shape[2:], pads, kernel, stride, dilation))
+    if tuple(grad_output.shape) != (n, oc) + out_sizes or input.shape[1] != cg * g:
         raise ShapeError(f"conv2d_weight_grad: grad_output of shape {shown(grad_output.shape)} does not fit the "
                          f"convolution of an input of shape {shown(input.shape)} by a weight of shape "
                          f"{shown(weight_size)} (groups={groups}), whose output has shape "
                          f"{shown((n, oc) + out_sizes)}")
+    pixels = math.prod(out_sizes)
+    if has_short_rows(out_sizes):  # columns and gradient batch-last: long runs for both copies
+        cols = batch_last_columns(xp, batch_last_input(xp, input, pads), g, kernel, stride, dilation, out_sizes)
+        gmat = gathered(xp, "batch-last gradient", grad_output.reshape(n, g, oc // g, pixels).transpose(1, 2, 3, 0),
+                        (g, oc // g, pixels * n))
+        return xp.matmul(gmat, cols.transpose(0, 2, 1)).reshape(tuple(weight_size))
+    x = pad_spatial(xp, input, pads) if any(lo or hi for lo, hi in pads) else input
     s_n, s_c, spatial_strides = x.strides[0], x.strides[1], x.strides[2:]
     cols = xp.lib.stride_tricks.as_strided(
         x, (g, cg) + kernel + (n,) + out_sizes,
         (cg * s_c, s_c) + tuple(st * d for st, d in zip(spatial_strides, dilation)) + (s_n,)
         + tuple(st * s for st, s in zip(spatial_strides, stride)))
-    pixels = math.prod(out_sizes)
     cols = cols.reshape(g, k, n * pixels)
     gmat = grad_output.reshape(n, g, oc // g, pixels).transpose(1, 2, 0, 3).reshape(g, oc // g, n * pixels)
     return xp.matmul(gmat, cols.transpose(0, 2, 1)).reshape(tuple(weight_size))

@@ -17,7 +17,10 @@ import operator
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.batch_last_columns import (batch_first, batch_last_columns, batch_last_input,
+                                                  col2im_batch_last, has_short_rows, tap_span)
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
+from fxkit.runtime.ops.scratch import scratch
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, shown
 
 # Measured on 2 cores for ResNet-18 layers (batch 8): per-image products over
@@ -172,18 +175,26 @@ def _conv_nchw(xp, x, weight, bias, stride, pads, dilation, groups):
     im2col and one batched matmul."""
     if x.dtype.kind == BFLOAT16_KIND:
         return run_in_float32(_conv_nchw, xp, x, weight, bias, stride, pads, dilation, groups)
-    if any(lo or hi for lo, hi in pads):
-        x = pad_spatial(xp, x, pads)
     n, oc, cg, kernel = x.shape[0], weight.shape[0], weight.shape[1], tuple(weight.shape[2:])
-    out_sizes = tuple((size - d * (k - 1) - 1) // s + 1
-                      for size, k, s, d in zip(x.shape[2:], kernel, stride, dilation))
+    out_sizes = tuple((size + lo + hi - d * (k - 1) - 1) // s + 1
+                      for size, (lo, hi), k, s, d in zip(x.shape[2:], pads, kernel, stride, dilation))
     g, k, pixels = groups, cg * _product(kernel), _product(out_sizes)
     wmat = weight.reshape(g, oc // g, k)
+    bias_shape = (oc,) + (1,) * len(kernel)
+    if pixels < _PER_IMAGE_GEMM_MIN_PIXELS and k >= oc // g and has_short_rows(out_sizes):
+        # Small maps whose columns outweigh the output: gathered batch-last, one product, one transposing copy.
+        cols = batch_last_columns(xp, batch_last_input(xp, x, pads), g, kernel, stride, dilation, out_sizes)
+        prod = xp.matmul(wmat, cols, out=scratch(xp, "batch-last product", (g, oc // g, cols.shape[-1]), x.dtype))
+        out = batch_first(xp, prod, oc, out_sizes, n)
+        if bias is not None:
+            out += bias.reshape(bias_shape)
+        return out
+    if any(lo or hi for lo, hi in pads):
+        x = pad_spatial(xp, x, pads)
     s_n, s_c, spatial_strides = x.strides[0], x.strides[1], x.strides[2:]
     taps = (cg * s_c, s_c) + tuple(st * d for st, d in zip(spatial_strides, dilation))
     moves = tuple(st * s for st, s in zip(spatial_strides, stride))
     as_strided = xp.lib.stride_tricks.as_strided
-    bias_shape = (oc,) + (1,) * len(kernel)
     if pixels >= _PER_IMAGE_GEMM_MIN_PIXELS:
         # (N, G, Cg*K..., OUT...) columns: the product is (N, G, OCg, OUT...), already NCHW.
         # A 1x1 stride-1 conv of a contiguous input reshapes without copying here.
@@ -356,35 +367,23 @@ def _col2im(xp, x, weight, groups, stride, padding, dilation, out_hw):
     a transposed view, and the output is written in place, so no padded buffer is cropped and
     no flipped kernel is made (a flipped copy of a 512x512x3x3 kernel costs more than
     the product on ResNet-18's 2x2 maps). Maps under `_PER_IMAGE_GEMM_MIN_PIXELS` pixels fold
-    the batch into one product, as conv2d does: per-image products with a handful of columns
-    leave BLAS idle."""
+    the batch into one product, as conv2d does (per-image products with a handful of columns
+    leave BLAS idle), batch-last (`col2im_batch_last`)."""
     n, c, h, w = x.shape
     _, ocg, kh, kw = weight.shape
     g, oc, cg = groups, ocg * groups, c // groups
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     oh, ow = out_hw
     wmat = weight.reshape(g, cg, ocg * kh * kw).transpose(0, 2, 1)
+    if h * w < _PER_IMAGE_GEMM_MIN_PIXELS:
+        return col2im_batch_last(xp, x, wmat, oc, (kh, kw), stride, padding, dilation, out_hw)
     out = xp.zeros((n, oc, oh, ow), x.dtype)
-    if h * w >= _PER_IMAGE_GEMM_MIN_PIXELS:
-        cols = xp.matmul(wmat, x.reshape(n, g, cg, h * w)).reshape(n, oc, kh, kw, h, w)
-        target, taps = out, cols.transpose(2, 3, 0, 1, 4, 5)
-    else:
-        folded = x.reshape(n, g, cg, h * w).transpose(1, 2, 0, 3).reshape(g, cg, n * h * w)
-        cols = xp.matmul(wmat, folded).reshape(oc, kh, kw, n, h, w)
-        target, taps = out.transpose(1, 0, 2, 3), cols.transpose(1, 2, 0, 3, 4, 5)
+    taps = xp.matmul(wmat, x.reshape(n, g, cg, h * w)).reshape(n, oc, kh, kw, h, w).transpose(2, 3, 0, 1, 4, 5)
     for i in range(kh):
-        y0, y1, top = _tap_span(h, oh, i * dh - ph, sh)
+        y0, y1, top = tap_span(h, oh, i * dh - ph, sh)
         for j in range(kw):
-            x0, x1, left = _tap_span(w, ow, j * dw - pw, sw)
+            x0, x1, left = tap_span(w, ow, j * dw - pw, sw)
             if y1 > y0 and x1 > x0:
-                target[:, :, top:top + (y1 - y0 - 1) * sh + 1:sh, left:left + (x1 - x0 - 1) * sw + 1:sw] += \
+                out[:, :, top:top + (y1 - y0 - 1) * sh + 1:sh, left:left + (x1 - x0 - 1) * sw + 1:sw] += \
                     taps[i, j, :, :, y0:y1, x0:x1]
     return out
-
-
-def _tap_span(size, out_size, offset, stride):
-    """``(first, end, landing)``: the input positions ``t`` in ``[first, end)`` whose output
-    position ``t * stride + offset`` falls inside ``[0, out_size)``, and where ``first`` lands."""
-    first = max(0, -(offset // stride))
-    end = min(size, (out_size - 1 - offset) // stride + 1)
-    return first, end, first * stride + offset

@@ -9,7 +9,9 @@ pools add bfloat16 up in float32 and round once, as PyTorch does
 (`low_precision.run_in_float32`); max pooling only selects, so it runs in the
 input's dtype.
 """
+import functools
 import itertools
+import math
 
 import numpy as np
 
@@ -17,9 +19,11 @@ from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.batch_last_columns import SHORT_ROW
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial, sliding_size
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, shown
+from fxkit.runtime.ops.scratch import scratch
 
 
 def _pool_size(size, k, s, p, d, ceil_mode):
@@ -87,37 +91,90 @@ def _max_with_indices(xp, x, sizes, kernel, stride, padding, dilation, out_hw, l
     PyTorch scans each window from -inf with its index at the window's first
     real element; a tap replaces the maximum when strictly greater or NaN, so
     the -inf border never wins and ties keep the first. The winning tap is
-    tracked in place in a small integer array and becomes a flat index once;
-    it is updated by arithmetic, as numpy's masked copies (``where``,
-    ``copyto``) are ten times slower on a random mask.
+    tracked in a small integer array and becomes a flat index once. Taps are
+    scanned in increasing order, so the winner is the largest tap that took
+    over: ``tap = maximum(tap, took * t)``, two ufuncs a tap where masked copies
+    (``where``, ``copyto``) are ten times slower on a random mask. Windows without
+    NaN need no NaN test; a NaN anywhere shows in the maxima (``maximum``
+    propagates it), and only then is the pool scanned again with the test.
     """
+    first_tap, offsets, window_starts = _index_plan(sizes, kernel, stride, padding, dilation, tuple(out_hw))
+    windows = _tap_major_windows(xp, x, kernel, stride, dilation, out_hw)
+    best, tap = _scan_windows(xp, windows, lowest, first_tap, False)
+    if floating and bool(xp.isnan(best).any()):
+        best, tap = _scan_windows(xp, windows, lowest, first_tap, True)
+    index = xp.take(xp.asarray(offsets), tap)
+    index += xp.asarray(window_starts)
+    return best, index
+
+
+@functools.lru_cache(maxsize=256)
+def _index_plan(sizes, kernel, stride, padding, dilation, out_hw):
+    """What turns winning taps into PyTorch's flat indices, for one pool geometry (the same on
+    every call of a layer, so kept): ``(first_tap, offsets, window_starts)``, numpy arrays.
+
+    ``first_tap`` (broadcast over the output grid, uint8 or int32 as the tap count needs) is each
+    window's first real tap, where PyTorch's scan starts; ``offsets[t]`` is tap ``t``'s flat offset
+    from its window's start; ``window_starts`` (broadcast over the grid) each window's flat start."""
     nd = len(kernel)
     # per axis: each window's first position (in the unpadded input) and the tap of its first real element
     starts = [np.arange(o) * s - p for o, s, p in zip(out_hw, stride, padding)]
     firsts = [(_first_inside(start, d) - start) // d for start, d in zip(starts, dilation)]
-    tap_strides = [int(np.prod(kernel[a + 1:])) for a in range(nd)]
-    flat_strides = [int(np.prod(sizes[a + 1:])) for a in range(nd)]
+    tap_strides = [math.prod(kernel[a + 1:]) for a in range(nd)]
+    flat_strides = [math.prod(sizes[a + 1:]) for a in range(nd)]
+    taps_total = math.prod(kernel)
     first_tap = sum(f * ts for f, ts in zip(np.ix_(*firsts), tap_strides))
-    shape = x.shape[:2] + tuple(out_hw)
-    taps_total = int(np.prod(kernel))
-    best = xp.full(shape, lowest, x.dtype)
-    tap = xp.empty(shape, np.uint8 if taps_total <= 256 else np.int32)
-    tap[...] = xp.asarray(first_tap)
-    change, take = xp.empty(shape, tap.dtype), xp.empty(shape, np.bool_)
-    nan = xp.empty(shape, np.bool_) if floating else None
-    for t, (_, v) in enumerate(_windows(x, kernel, stride, dilation, out_hw)):
-        xp.greater(v, best, out=take)
-        if floating:
-            xp.logical_or(take, xp.isnan(v, out=nan), out=take)
-        xp.maximum(best, v, out=best)  # the value PyTorch's scan keeps, NaN included
-        xp.bitwise_xor(tap, t, out=change)  # tap ^= (tap ^ t) * take: tap becomes t where taken
-        xp.multiply(change, take, out=change)
-        xp.bitwise_xor(tap, change, out=tap)
+    first_tap = first_tap.astype(np.uint8 if taps_total <= 256 else np.int32)
     taps = np.arange(taps_total)
     offsets = sum(taps // ts % k * d * fs for ts, k, d, fs in zip(tap_strides, kernel, dilation, flat_strides))
-    index = xp.take(xp.asarray(offsets), tap)
-    index += xp.asarray(sum(start * fs for start, fs in zip(np.ix_(*starts), flat_strides)))
-    return best, index
+    window_starts = sum(start * fs for start, fs in zip(np.ix_(*starts), flat_strides))
+    for kept in (first_tap, offsets, window_starts):
+        kept.flags.writeable = False
+    return first_tap, offsets, window_starts
+
+
+def _tap_major_windows(xp, x, kernel, stride, dilation, out_hw):
+    """Per kernel tap (row-major), the values it sees at every output position.
+
+    Short output rows make each of these strided views a slow ufunc operand (numpy steps through
+    rows of a few elements: 25 us a pass over a 32x32x8x8 pool, against 2 us contiguous), so they
+    are copied once, tap-major, into scratch memory; long rows keep the views."""
+    if out_hw[-1] >= SHORT_ROW:
+        return [v for _, v in _windows(x, kernel, stride, dilation, out_hw)]
+    nd = len(kernel)
+    lead, spatial_strides = x.shape[:-nd], x.strides[-nd:]
+    shape = tuple(kernel) + lead + tuple(out_hw)
+    views = xp.lib.stride_tricks.as_strided(
+        x, shape, tuple(st * d for st, d in zip(spatial_strides, dilation)) + x.strides[:-nd]
+        + tuple(st * s for st, s in zip(spatial_strides, stride)))
+    stacked = scratch(xp, "pool windows", shape, x.dtype)
+    stacked[...] = views
+    return list(stacked.reshape((int(np.prod(kernel)),) + lead + tuple(out_hw)))
+
+
+def _scan_windows(xp, windows, lowest, first_tap, nan_wins):
+    """``(maxima, winning taps)`` of the ``windows`` (one array per tap, in scan order) by PyTorch's
+    scan (see `_max_with_indices`); ``nan_wins`` adds the NaN test (a NaN tap takes over even from
+    a NaN maximum)."""
+    shape, tap_dtype = windows[0].shape, first_tap.dtype.type
+    tap = xp.empty(shape, tap_dtype)
+    tap[...] = xp.asarray(first_tap)
+    if not first_tap.any() and not nan_wins:
+        best = windows[0].copy()  # every window starts inside: its first tap is the first maximum
+        start = 1
+    else:
+        best = xp.full(shape, lowest, windows[0].dtype)
+        start = 0
+    took, weighted = xp.empty(shape, np.bool_), xp.empty(shape, tap_dtype)
+    nan = xp.empty(shape, np.bool_) if nan_wins else None
+    for t, v in enumerate(windows[start:], start):
+        xp.greater(v, best, out=took)
+        if nan_wins:
+            xp.logical_or(took, xp.isnan(v, out=nan), out=took)
+        xp.maximum(best, v, out=best)  # the value PyTorch's scan keeps, NaN included
+        xp.multiply(took, tap_dtype(t), out=weighted)
+        xp.maximum(tap, weighted, out=tap)
+    return best, tap
 
 
 def _max_pool_rule(name, nd):
