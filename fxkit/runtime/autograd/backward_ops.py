@@ -175,7 +175,9 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
                          f"{shown(weight_size)} (groups={groups}), whose output has shape "
                          f"{shown((n, oc) + out_sizes)}")
     pixels = math.prod(out_sizes)
-    if has_short_rows(out_sizes):  # columns and gradient batch-last: long runs for both copies
+    if k >= oc // g and has_short_rows(out_sizes):
+        # Columns that outweigh the gradient are gathered batch-last (long runs); the gradient's
+        # copy then runs batch-last too, shorter, which is why a small k keeps the plain order.
         cols = batch_last_columns(xp, batch_last_input(xp, input, pads), g, kernel, stride, dilation, out_sizes)
         gmat = gathered(xp, "batch-last gradient", grad_output.reshape(n, g, oc // g, pixels).transpose(1, 2, 3, 0),
                         (g, oc // g, pixels * n))
