@@ -10,6 +10,7 @@ from fxkit.errors import DTypeError, ShapeError, ValueRangeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.bit_select import bit_select
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, rounded, run_in_float32, widen
 
 
@@ -250,6 +251,9 @@ def where(xp, condition, input, other):  # noqa: A002
     if getattr(condition, "dtype", None) != bool:
         raise DTypeError(f"where: condition must be a bool tensor, got {_described(condition)}; "
                          f"compare first, e.g. where(x > 0, ...), or cast with .bool()")
+    selected = bit_select(condition, input, other)
+    if selected is not None:
+        return selected
     out = xp.where(condition, input, other)
     if not (hasattr(input, "dtype") or hasattr(other, "dtype")):  # two numbers: PyTorch's dtype, not numpy's float64
         out = out.astype(_dt.result_type((), (), (input, other)).np, copy=False)
