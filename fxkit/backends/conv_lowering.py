@@ -64,7 +64,9 @@ from fxkit.backends.cost_model import Decision
 from fxkit.backends.packed_weight import packed_weight
 from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.meta import TensorMeta
+from fxkit.runtime.ops.batch_last_columns import batch_last_columns, batch_last_input, has_short_rows
 from fxkit.runtime.ops.conv import conv_geometry
+from fxkit.runtime.ops.scratch import scratch as runtime_scratch
 from fxkit.runtime.registry import get_op
 from fxkit.transforms.fused_op import FusedOp
 
@@ -286,18 +288,33 @@ class ChannelMajorConv(_ConvCall):
 
     def __call__(self, x, weight, bias=None, *geometry):
         oc, _, kh, kw = weight.shape
+        n, _, oh, ow = self.out_shape
         own = take(self._columns, (weight[0].size, self.shape[1]), self.dtype) if self.keep_columns else None
-        columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded, own)
-        if own is not None and columns is own:
+        out = self._output()
+        if batch_last_wanted((kh, kw), (oh, ow)):
+            columns = batch_last_columns(np, batch_last_input(np, x, self.pads), 1, (kh, kw), self.stride,
+                                         self.dilation, (oh, ow), own)[0]
+            product = runtime_scratch(np, "batch-last product", (oc, oh, ow, n), self.dtype)
+            np.matmul(weight.reshape(oc, columns.shape[0]), columns, out=product.reshape(oc, -1))
+            out.reshape(oc, n, oh, ow)[...] = product.transpose(0, 3, 1, 2)
+        else:
+            columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded, own)
+            np.matmul(weight.reshape(oc, columns.shape[0]), columns, out=out)
+        if own is not None and (columns is own or columns.base is own):
             # NOTE: a weak reference: holding the input would keep it alive past its last use (and out of
             # the pools that would hand its buffer out again).
             self.kept = (weakref.ref(x), WRITES[0], columns)
-        out = self._output()
-        np.matmul(weight.reshape(oc, columns.shape[0]), columns, out=out)
         if bias is not None:
             out += bias.reshape(oc, 1)
-        n, _, oh, ow = self.out_shape
         return out.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3)
+
+
+def batch_last_wanted(kernel, out_hw):
+    """Whether a channel-major conv (and its weight gradient, which must agree: they share columns) orders
+    its columns batch-last: windows larger than 1x1 over short output rows, where gathering ``(C, H, W, N)``
+    memory moves ``width * N`` values a step instead of ``width`` (`fxkit.runtime.ops.batch_last_columns`;
+    ResNet-18's 512-channel 2x2 layer at batch 8: 1.2 against 0.8 ms a forward conv)."""
+    return kernel != (1, 1) and has_short_rows(out_hw)
 
 
 def channel_major_columns(x, kh, kw, pads, stride, dilation, padded_pool, out=None):

@@ -38,9 +38,10 @@ def batch_last_input(xp, x, pads):
     return out
 
 
-def batch_last_columns(xp, xt, groups, kernel, stride, dilation, out_sizes):
+def batch_last_columns(xp, xt, groups, kernel, stride, dilation, out_sizes, out=None):
     """im2col of a batch-last input ``xt`` (`batch_last_input`): ``(G, Cg * K, OUT... * N)``,
-    row ``(c, taps...)``, column ``(out pixel..., image)``; one copy, into scratch memory."""
+    row ``(c, taps...)``, column ``(out pixel..., image)``; one copy, into scratch memory or into
+    ``out`` (a contiguous array of that size, which the caller keeps)."""
     c, n = xt.shape[0], xt.shape[-1]
     cg = c // groups
     s_c, spatial_strides, s_n = xt.strides[0], xt.strides[1:-1], xt.strides[-1]
@@ -48,20 +49,29 @@ def batch_last_columns(xp, xt, groups, kernel, stride, dilation, out_sizes):
     moves = tuple(st * s for st, s in zip(spatial_strides, stride))
     cols = xp.lib.stride_tricks.as_strided(
         xt, (groups, cg) + tuple(kernel) + tuple(out_sizes) + (n,), (cg * s_c, s_c) + taps + moves + (s_n,))
-    return gathered(xp, "batch-last columns", cols, (groups, cg * math.prod(kernel), math.prod(out_sizes) * n))
+    shape = (groups, cg * math.prod(kernel), math.prod(out_sizes) * n)
+    if out is None:
+        return gathered(xp, "batch-last columns", cols, shape)
+    out.reshape(cols.shape)[...] = cols
+    return out.reshape(shape)
 
 
-def batch_first(xp, prod, channels, out_sizes, n):
-    """A batch-last product ``(G, OCg, OUT... * N)`` (scratch memory) as a new contiguous
-    ``(N, OC, OUT...)``: always a copy, even where the transposed view is contiguous (N = 1)."""
+def batch_first(xp, prod, channels, out_sizes, n, out=None):
+    """A batch-last product ``(G, OCg, OUT... * N)`` (scratch memory) copied to a new contiguous
+    ``(N, OC, OUT...)``, or into ``out`` of that shape: always a copy, even where the transposed
+    view is contiguous (N = 1)."""
     nd = len(out_sizes)
     moved = prod.reshape((channels,) + tuple(out_sizes) + (n,)).transpose((nd + 1, 0) + tuple(range(1, nd + 1)))
-    return moved.copy()
+    if out is None:
+        return moved.copy()
+    out[...] = moved
+    return out
 
 
-def col2im_batch_last(xp, x, wmat, out_channels, kernel, stride, padding, dilation, out_hw):
-    """The transposed convolution (no bias) of a batched ``x`` ``(N, C, H, W)`` by ``wmat``
-    ``(G, OCg * kH * kW, Cg)``, as a new ``(N, OC, OH, OW)``: one product gives every input
+def col2im_batch_last(xp, x, wmat, out_channels, kernel, stride, padding, dilation, out_hw, out=None):
+    """The transposed convolution (no bias) of a batched ``x`` ``(N, C, H, W)`` (any memory layout) by
+    ``wmat`` ``(G, OCg * kH * kW, Cg)``, as a new ``(N, OC, OH, OW)`` or into ``out`` of that shape
+    (any layout): one product gives every input
     pixel's contribution to each tap, batch-last, and each tap's block is added into the
     strided slice of the batch-last output it lands on (`tap_span` clips it)."""
     n, c, h, w = x.shape
@@ -70,16 +80,16 @@ def col2im_batch_last(xp, x, wmat, out_channels, kernel, stride, padding, dilati
     xt = batch_last_input(xp, x, ((0, 0), (0, 0))).reshape(g, c // g, h * w * n)
     taps = xp.matmul(wmat, xt, out=scratch(xp, "batch-last product", (g, wmat.shape[1], h * w * n), x.dtype))
     taps = taps.reshape(out_channels, kh, kw, h, w, n)
-    out = scratch(xp, "batch-last col2im", (out_channels, oh, ow, n), x.dtype)
-    out.fill(0)
+    sums = scratch(xp, "batch-last col2im", (out_channels, oh, ow, n), x.dtype)
+    sums.fill(0)
     for i in range(kh):
         y0, y1, top = tap_span(h, oh, i * dh - ph, sh)
         for j in range(kw):
             x0, x1, left = tap_span(w, ow, j * dw - pw, sw)
             if y1 > y0 and x1 > x0:
-                out[:, top:top + (y1 - y0 - 1) * sh + 1:sh, left:left + (x1 - x0 - 1) * sw + 1:sw] += \
+                sums[:, top:top + (y1 - y0 - 1) * sh + 1:sh, left:left + (x1 - x0 - 1) * sw + 1:sw] += \
                     taps[:, i, j, y0:y1, x0:x1]
-    return batch_first(xp, out, out_channels, (oh, ow), n)
+    return batch_first(xp, sums, out_channels, (oh, ow), n, out)
 
 
 def tap_span(size, out_size, offset, stride):
