@@ -82,6 +82,10 @@ COLUMN_BLOCK_BYTES = 1 << 22
 """Bytes of columns an `Im2colConv` gathers and multiplies at a time (4 MiB): ResNet-18's layer1 3x3 conv at
 batch 8 took 16.4, 14.9, 12.5, 13.4 and 16.0 ms in blocks of 1, 2, 4, 8 and 16 MiB, and 16.0 ms with all
 58 MB of its columns at once (reference machine, 2 threads; PyTorch 9.4 ms, the products alone 9.8 ms)."""
+FEW_OUTPUT_CHANNELS = 8
+"""Output channels under which a conv stays numpy's: the channels-last product ``(pixels, K) @ (K, OC)`` is
+a few columns wide, where BLAS runs idle (LeNet's 6-channel 5x5 stem at batch 8: 0.18 ms against numpy's
+per-image ``(OC, K) @ (K, pixels)``, 0.07 ms; its 16-channel second conv already wins, 0.09 against 0.13)."""
 POOL = 2
 """Outputs kept per conv call: two let ``y = f(x)`` in a loop alternate without allocating."""
 _FREE = 3  # references to a free pooled buffer inside `take`: the pool, the loop variable, getrefcount's argument
@@ -419,6 +423,9 @@ def lower_conv2d(node):
         return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
             node.name, "1x1, channel-major", f"{rows} output pixels < {oc} channels: one (OC, C) @ (C, pixels) "
                                              f"product, BLAS's faster orientation for wide outputs")
+    if oc < FEW_OUTPUT_CHANNELS:
+        return None, Decision(node.name, "numpy conv2d", f"{oc} output channels: a channels-last product "
+                                                         f"{oc} columns wide leaves BLAS idle")
     if (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0)):
         return GemmConv(f"{node.name}_gemm", out), Decision(
             node.name, "1x1 GEMM, channels-last", "stride 1, no padding: the input is the column matrix, "

@@ -83,7 +83,7 @@ def _conv64(x, weight, bias, stride, padding, dilation):
 @pytest.mark.parametrize("block_bytes", [1, 5000, 1 << 22], ids=["one pixel or image", "several", "one block"])
 def test_im2col_blocks_give_the_float64_convolution(in_channels, block_bytes, rng):
     """Whatever the block size, across images and output rows: each block's product lands in its own rows."""
-    conv = _conv_model(in_channels, 5, 3, 2, 1, 2)
+    conv = _conv_model(in_channels, 9, 3, 2, 1, 2)
     x = randn(rng, 3, in_channels, 11, 9)
     with mock.patch.object(conv_lowering, "COLUMN_BLOCK_BYTES", block_bytes):
         compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
@@ -288,3 +288,14 @@ def test_shared_columns_never_hand_out_a_buffer_still_referred_to():
         assert [float(columns.max()) for columns in held] == [0.0, 1.0, 2.0]
         address = held.pop().__array_interface__["data"][0]  # released: nothing refers to its buffer now
         assert conv_lowering.scratch((64, 9), np.float32).__array_interface__["data"][0] == address
+
+
+def test_a_conv_with_few_output_channels_keeps_numpy_s_conv(rng):
+    # LeNet's stem: a channels-last product 6 columns wide would leave BLAS idle.
+    conv = _conv_model(1, conv_lowering.FEW_OUTPUT_CHANNELS - 2, 5)
+    x = randn(rng, 2, 1, 12, 12)
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
+    (decision,) = compiled._last.lowered.decisions
+    assert decision.choice == "numpy conv2d" and "6 output channels" in decision.reason
+    np.testing.assert_allclose(compiled(x).numpy(), _conv64(x.numpy(), conv.weight.numpy(), conv.bias.numpy(), 1, 0, 1),
+                               rtol=1e-5, atol=1e-5)
