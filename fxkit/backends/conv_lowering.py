@@ -86,6 +86,11 @@ FEW_OUTPUT_CHANNELS = 8
 """Output channels under which a conv stays numpy's: the channels-last product ``(pixels, K) @ (K, OC)`` is
 a few columns wide, where BLAS runs idle (LeNet's 6-channel 5x5 stem at batch 8: 0.18 ms against numpy's
 per-image ``(OC, K) @ (K, pixels)``, 0.07 ms; its 16-channel second conv already wins, 0.09 against 0.13)."""
+WIDE_OUTPUT_PIXELS_PER_CHANNEL = 4
+"""A conv wider than 1x1 runs channel-major when its output channels are at least this many times its output
+pixels (all images): 512 channels over 16 or 32 pixels (VGG-11's 4x4 maps at batch 1, ResNet-18's 2x2 at
+batch 8) took 0.69 and 0.85 ms against channels-last im2col's 0.83 and 1.16 ms; at 256 channels over 128
+pixels channels-last still won (0.77 against 0.84 ms)."""
 POOL = 2
 """Outputs kept per conv call: two let ``y = f(x)`` in a loop alternate without allocating."""
 _FREE = 3  # references to a free pooled buffer inside `take`: the pool, the loop variable, getrefcount's argument
@@ -419,10 +424,10 @@ def lower_conv2d(node):
             node.name, "im2col, channel-major", f"a training graph's weight of {math.prod(weight.shape)} elements: "
                                                 f"one (OC, K) @ (K, pixels) product by the weight as it lies, "
                                                 f"which channels-last would repack after every optimizer step")
-    if rows < oc and (kh, kw) == (1, 1):
+    if rows < oc and ((kh, kw) == (1, 1) or WIDE_OUTPUT_PIXELS_PER_CHANNEL * rows <= oc):
         return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
-            node.name, "1x1, channel-major", f"{rows} output pixels < {oc} channels: one (OC, C) @ (C, pixels) "
-                                             f"product, BLAS's faster orientation for wide outputs")
+            node.name, f"{kh}x{kw}, channel-major", f"{rows} output pixels < {oc} channels: one (OC, K) @ (K, pixels) "
+                                                    f"product, BLAS's faster orientation for wide outputs")
     if oc < FEW_OUTPUT_CHANNELS:
         return None, Decision(node.name, "numpy conv2d", f"{oc} output channels: a channels-last product "
                                                          f"{oc} columns wide leaves BLAS idle")

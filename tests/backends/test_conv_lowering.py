@@ -36,6 +36,8 @@ CONVS = [
     ((6, 6, 3, 1, 1, 1, 6), (2, 6, 7, 7), "depthwise numba kernel, channels-last"),  # small maps
     ((4, 8, 3, 1, 1, 1, 2), (2, 4, 6, 6), "numpy conv2d"),  # grouped, not depthwise
     ((16, 64, 3, 1, 1), (1, 16, 5, 5), "im2col, channels-last"),  # fewer pixels than channels, 3x3
+    ((16, 64, 3, 1, 1), (2, 16, 3, 2), "3x3, channel-major"),  # channels 4x the pixels: batch-last columns
+    ((16, 64, 3, 2, 1), (1, 16, 7, 7), "3x3, channel-major"),  # 16 pixels, strided
     ((16, 64, 1), (2, 16, 4, 3), "1x1, channel-major"),  # fewer pixels than channels, 1x1
     ((16, 64, 1), (1, 16, 4, 3), "1x1, channel-major"),  # the NCHW input is the column matrix
     ((16, 64, 1, 2), (2, 16, 9, 8), "1x1, channel-major"),
