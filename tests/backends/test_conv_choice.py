@@ -93,9 +93,9 @@ def test_a_numpy_choice_that_meets_no_reordered_value_is_kept(rng):
 
 
 def test_input_layouts_follow_the_lowered_convs(rng):
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 64, 1, 2), nn.SiLU(),
+    model = nn.Sequential(nn.Conv2d(5, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 64, 1, 2), nn.SiLU(),
                           nn.Conv2d(64, 8, 1)).eval()
-    x = randn(rng, 1, 3, 8, 8)
+    x = randn(rng, 1, 5, 8, 8)
     seen = {}
 
     def measured(self, node, call, decision, calls):

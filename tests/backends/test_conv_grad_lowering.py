@@ -161,8 +161,8 @@ def test_a_training_graph_multiplies_its_large_weights_as_they_lie(rng):
 
     from fxkit.backends import conv_lowering
 
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, padding=1))
-    x = fxkit.from_numpy(rng.standard_normal((2, 3, 6, 6)).astype(np.float32))
+    model = nn.Sequential(nn.Conv2d(5, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, padding=1))
+    x = fxkit.from_numpy(rng.standard_normal((2, 5, 6, 6)).astype(np.float32))
 
     with mock.patch.object(conv_lowering, "TRAINED_CHANNEL_MAJOR_MIN", 8 * 16 * 9):
         training = fxkit.compile(grad(SumOfSquares(model), example_inputs=[x]), backend="numba", example_inputs=[x])

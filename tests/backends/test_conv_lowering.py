@@ -27,8 +27,8 @@ CONVS = [
     ((8, 16, 1), (2, 8, 9, 7), "1x1 GEMM, channels-last"),
     ((8, 16, 1, 1, 0, 1, 1, False), (2, 8, 20, 20), "1x1 GEMM, channels-last"),
     ((8, 16, 1, 2), (2, 8, 9, 7), "im2col, channels-last"),
-    ((3, 8, 3, 1, 1), (2, 3, 20, 18), "im2col, channels-last"),  # per-image products
-    ((3, 8, 3, 2, 2, 2), (2, 3, 11, 9), "im2col, channels-last"),  # one folded product
+    ((5, 8, 3, 1, 1), (2, 5, 20, 18), "im2col, channels-last"),  # per-image products
+    ((5, 8, 3, 2, 2, 2), (2, 5, 11, 9), "im2col, channels-last"),  # one folded product
     ((6, 6, 3, 1, 1, 1, 6), (2, 6, 30, 26), "depthwise numba kernel, channels-last"),
     ((4, 8, (3, 5), (2, 1), (1, 2), 1, 4), (1, 4, 52, 50), "depthwise numba kernel, channels-last"),  # multiplier 2
     ((4, 4, 3, 1, 2, 2, 4, False), (2, 4, 25, 27), "depthwise numba kernel, channels-last"),  # dilation
@@ -81,7 +81,7 @@ def _conv64(x, weight, bias, stride, padding, dilation):
     return out + np.asarray(bias, np.float64)[:, None, None]
 
 
-@pytest.mark.parametrize("in_channels", [3, 40], ids=["narrow (numpy's copy)", "wide (numba's gather)"])
+@pytest.mark.parametrize("in_channels", [5, 40], ids=["narrow (numpy's copy)", "wide (numba's gather)"])
 @pytest.mark.parametrize("block_bytes", [1, 5000, 1 << 22], ids=["one pixel or image", "several", "one block"])
 def test_im2col_blocks_give_the_float64_convolution(in_channels, block_bytes, rng):
     """Whatever the block size, across images and output rows: each block's product lands in its own rows."""
@@ -99,14 +99,14 @@ def test_chains_across_layouts_match_eager(rng):
     # channels-last (3x3, 1x1), then channel-major (a 1x1 with fewer pixels than channels) reading a
     # channels-last view, then depthwise reading a channel-major view, then a 1x1 product reading its
     # channels-last result.
-    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 96, 1, 2),
+    model = nn.Sequential(nn.Conv2d(5, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.Conv2d(8, 96, 1, 2),
                           nn.SiLU(), nn.Conv2d(96, 96, 3, 1, 1, groups=96), nn.Conv2d(96, 8, 1)).eval()
-    x = randn(rng, 2, 4, 11, 11)
+    x = randn(rng, 2, 5, 11, 11)
     compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     choices = [d.choice for d in compiled._last.lowered.decisions if d.node.startswith("conv2d")]
     assert choices == ["im2col, channels-last", "1x1 GEMM, channels-last", "1x1, channel-major",
                        "depthwise numba kernel, channels-last", "1x1 GEMM, channels-last"]
-    for inputs in (x, randn(rng, 2, 4, 11, 11)):
+    for inputs in (x, randn(rng, 2, 5, 11, 11)):
         np.testing.assert_allclose(compiled(inputs).numpy(), model(inputs).numpy(), rtol=1e-4, atol=1e-5)
 
 
@@ -301,3 +301,21 @@ def test_a_conv_with_few_output_channels_keeps_numpy_s_conv(rng):
     assert decision.choice == "numpy conv2d" and "6 output channels" in decision.reason
     np.testing.assert_allclose(compiled(x).numpy(), _conv64(x.numpy(), conv.weight.numpy(), conv.bias.numpy(), 1, 0, 1),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arguments, shape, choice", [
+    ((3, 32, 3, 2, 1), (2, 3, 16, 16), "numpy conv2d"),  # MobileNet's stem
+    ((3, 64, 3, 1, 1), (1, 3, 12, 12), "numpy conv2d"),  # VGG's stem, one image
+    ((3, 64, 7, 2, 3), (2, 3, 16, 16), "im2col, channels-last"),  # ResNet's stem over a batch
+], ids=["3->32", "3->64-one-image", "3->64-batch"])
+def test_an_image_s_few_channels_keep_numpy_s_conv_unless_the_product_is_wide(arguments, shape, choice, rng):
+    conv = _conv_model(*arguments)
+    x = randn(rng, *shape)
+    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
+    (decision,) = compiled._last.lowered.decisions
+    assert decision.choice == choice
+    if choice == "numpy conv2d":
+        assert f"{shape[1]} input channels" in decision.reason
+    stride, padding = arguments[3], arguments[4]
+    np.testing.assert_allclose(compiled(x).numpy(), _conv64(x.numpy(), conv.weight.numpy(), conv.bias.numpy(), stride,
+                                                            padding, 1), rtol=1e-5, atol=1e-5)

@@ -100,32 +100,32 @@ def test_a_kernel_given_its_own_input_as_out_leaves_the_input_alone(rng):
                          ids=["resnet-stem", "vgg", "uneven"])
 def test_a_max_pool_of_a_conv_runs_channels_last_and_matches_pytorch(pool, rng):
     torch = pytest.importorskip("torch")
-    model = nn.Sequential(nn.Conv2d(3, 8, 3), pool, nn.Conv2d(8, 4, 1)).eval()
-    x = randn(rng, 2, 3, 15, 14)
+    model = nn.Sequential(nn.Conv2d(5, 8, 3), pool, nn.Conv2d(8, 4, 1)).eval()
+    x = randn(rng, 2, 5, 15, 14)
     x.numpy()[0, 0, 4, 5] = np.nan  # NaN wins a window, as in PyTorch
     compiled = fxkit.compile(model, backend="numba", example_inputs=[x])
     (decision,) = [line for line in compiled.explain().splitlines() if line.startswith("max_pool2d")]
     assert "max pool, channels-last" in decision
-    t = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.MaxPool2d(pool.kernel_size, pool.stride, pool.padding),
+    t = torch.nn.Sequential(torch.nn.Conv2d(5, 8, 3), torch.nn.MaxPool2d(pool.kernel_size, pool.stride, pool.padding),
                             torch.nn.Conv2d(8, 4, 1)).eval()
     t.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
     with torch.no_grad():
-        for inputs in (x, randn(rng, 2, 3, 15, 14)):  # the second call reuses the kept output
+        for inputs in (x, randn(rng, 2, 5, 15, 14)):  # the second call reuses the kept output
             expected = t(torch.from_numpy(inputs.numpy())).numpy()
             np.testing.assert_allclose(compiled(inputs).numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_view_after_a_channels_last_pool_runs_as_reshape(rng):
-    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.MaxPool2d(2), nn.ReLU()).eval()
+    model = nn.Sequential(nn.Conv2d(5, 8, 3), nn.MaxPool2d(2), nn.ReLU()).eval()
 
     def flat(x):
         return model(x).view(x.shape[0], -1)
 
-    x = randn(rng, 2, 3, 14, 14)
+    x = randn(rng, 2, 5, 14, 14)
     compiled = fxkit.compile(flat, backend="numba", example_inputs=[x])
     assert any(line.startswith("view") and "reshape" in line for line in compiled.explain().splitlines())
     torch = pytest.importorskip("torch")
-    t = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.MaxPool2d(2), torch.nn.ReLU()).eval()
+    t = torch.nn.Sequential(torch.nn.Conv2d(5, 8, 3), torch.nn.MaxPool2d(2), torch.nn.ReLU()).eval()
     with torch.no_grad():
         t[0].weight.copy_(torch.from_numpy(model[0].weight.numpy()))
         t[0].bias.copy_(torch.from_numpy(model[0].bias.numpy()))
