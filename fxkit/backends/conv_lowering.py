@@ -82,17 +82,14 @@ COLUMN_BLOCK_BYTES = 1 << 22
 """Bytes of columns an `Im2colConv` gathers and multiplies at a time (4 MiB): ResNet-18's layer1 3x3 conv at
 batch 8 took 16.4, 14.9, 12.5, 13.4 and 16.0 ms in blocks of 1, 2, 4, 8 and 16 MiB, and 16.0 ms with all
 58 MB of its columns at once (reference machine, 2 threads; PyTorch 9.4 ms, the products alone 9.8 ms)."""
-FEW_OUTPUT_CHANNELS = 8
-"""Output channels under which a conv stays numpy's: the channels-last product ``(pixels, K) @ (K, OC)`` is
-a few columns wide, where BLAS runs idle (LeNet's 6-channel 5x5 stem at batch 8: 0.18 ms against numpy's
-per-image ``(OC, K) @ (K, pixels)``, 0.07 ms; its 16-channel second conv already wins, 0.09 against 0.13)."""
 NARROW_INPUT_CHANNELS = 4
 """Input channels (an image's 1 or 3) up to which a conv of at most 32 output channels, or of one image, keeps
 numpy's conv2d: channels-last columns copy runs of ``channels * kw`` values where numpy's per-image NCHW columns
 copy whole output rows. MobileNet's and EfficientNet's 3->32 3x3 stride-2 stem at 224x224 took 0.64 and
 4.9 ms (batch 1, 8) against numpy's 0.39 and 3.0; LeNet's 1->10 5x5 at batch 8 0.18 against 0.07; VGG's
 3->64 3x3 at batch 1 2.5 against 1.8. With 64 output channels at batch 8 the channels-last product wins
-(ResNet's 7x7 stride-2 stem at 224x224: 13.9 against 15.3 ms)."""
+(ResNet's 7x7 stride-2 stem at 224x224: 13.9 against 15.3 ms), and from 16 input channels on it wins even at
+4-6 output channels (0.68 against 0.79 ms for 64->4 at 16x16, batch 8)."""
 WIDE_OUTPUT_PIXELS_PER_CHANNEL = 4
 """A conv wider than 1x1 runs channel-major when its output channels are at least this many times its output
 pixels (all images): 512 channels over 16 or 32 pixels (VGG-11's 4x4 maps at batch 1, ResNet-18's 2x2 at
@@ -435,9 +432,6 @@ def lower_conv2d(node):
         return ChannelMajorConv(f"{node.name}_channel_major", out, pads, stride, dilation), Decision(
             node.name, f"{kh}x{kw}, channel-major", f"{rows} output pixels < {oc} channels: one (OC, K) @ (K, pixels) "
                                                     f"product, BLAS's faster orientation for wide outputs")
-    if oc < FEW_OUTPUT_CHANNELS:
-        return None, Decision(node.name, "numpy conv2d", f"{oc} output channels: a channels-last product "
-                                                         f"{oc} columns wide leaves BLAS idle")
     if channels <= NARROW_INPUT_CHANNELS and (oc <= 32 or x.shape[0] == 1):
         return None, Decision(node.name, "numpy conv2d", f"{channels} input channels: channels-last columns "
                                                          f"copy runs of {channels * kw} values, numpy's NCHW "

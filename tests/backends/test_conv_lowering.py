@@ -292,22 +292,13 @@ def test_shared_columns_never_hand_out_a_buffer_still_referred_to():
         assert conv_lowering.scratch((64, 9), np.float32).__array_interface__["data"][0] == address
 
 
-def test_a_conv_with_few_output_channels_keeps_numpy_s_conv(rng):
-    # LeNet's stem: a channels-last product 6 columns wide would leave BLAS idle.
-    conv = _conv_model(1, conv_lowering.FEW_OUTPUT_CHANNELS - 2, 5)
-    x = randn(rng, 2, 1, 12, 12)
-    compiled = fxkit.compile(conv, backend="numba", example_inputs=[x])
-    (decision,) = compiled._last.lowered.decisions
-    assert decision.choice == "numpy conv2d" and "6 output channels" in decision.reason
-    np.testing.assert_allclose(compiled(x).numpy(), _conv64(x.numpy(), conv.weight.numpy(), conv.bias.numpy(), 1, 0, 1),
-                               rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("arguments, shape, choice", [
     ((3, 32, 3, 2, 1), (2, 3, 16, 16), "numpy conv2d"),  # MobileNet's stem
     ((3, 64, 3, 1, 1), (1, 3, 12, 12), "numpy conv2d"),  # VGG's stem, one image
     ((3, 64, 7, 2, 3), (2, 3, 16, 16), "im2col, channels-last"),  # ResNet's stem over a batch
-], ids=["3->32", "3->64-one-image", "3->64-batch"])
+    ((1, 10, 5), (2, 1, 12, 12), "numpy conv2d"),  # LeNet's stem
+    ((64, 4, 3, 1, 1), (2, 64, 8, 8), "im2col, channels-last"),  # few output channels of many inputs
+], ids=["3->32", "3->64-one-image", "3->64-batch", "1->10", "64->4"])
 def test_an_image_s_few_channels_keep_numpy_s_conv_unless_the_product_is_wide(arguments, shape, choice, rng):
     conv = _conv_model(*arguments)
     x = randn(rng, *shape)
@@ -316,6 +307,6 @@ def test_an_image_s_few_channels_keep_numpy_s_conv_unless_the_product_is_wide(ar
     assert decision.choice == choice
     if choice == "numpy conv2d":
         assert f"{shape[1]} input channels" in decision.reason
-    stride, padding = arguments[3], arguments[4]
+    stride, padding = (arguments + (1, 0))[3:5]
     np.testing.assert_allclose(compiled(x).numpy(), _conv64(x.numpy(), conv.weight.numpy(), conv.bias.numpy(), stride,
                                                             padding, 1), rtol=1e-5, atol=1e-5)

@@ -46,7 +46,8 @@ def test_conv2d_matches_the_definition(g, seed):
 
 
 def _ref_weight_grad(x, grad, kernel, stride, padding, dilation, groups):
-    """``dW[o, c, i, j] = sum over n, y, z of grad[n, o, y, z] * x_padded[n, group(o) * Cg + c, y*s + i*d, z*s + j*d]``."""
+    """``dW[o, c, i, j]``: the sum over ``n, y, z`` of
+    ``grad[n, o, y, z] * x_padded[n, group(o) * Cg + c, y*s + i*d, z*s + j*d]``."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
     x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     n, c, _, _ = x.shape
