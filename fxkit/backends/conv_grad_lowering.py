@@ -39,10 +39,9 @@ from fxkit.backends.packed_weight import packed_weight
 from fxkit.runtime.autograd.autograd_meta import WRITES
 from fxkit.runtime.autograd.backward_ops import conv_pads
 from fxkit.runtime.meta import TensorMeta
-from fxkit.runtime.ops.batch_last_columns import (batch_last_columns, batch_last_input, col2im_batch_last,
-                                                  has_short_rows)
+from fxkit.runtime.ops.batch_last_columns import (batch_last_columns, batch_last_input, batch_last_rows,
+                                                  col2im_batch_last, has_short_rows)
 from fxkit.runtime.ops.conv import ntuple
-from fxkit.runtime.ops.scratch import gathered
 from fxkit.runtime.registry import get_op
 
 _FLOATS = ("float32", "float64")
@@ -75,7 +74,7 @@ class WeightGradConv(_ConvCall):
 
     def __call__(self, x, weight_size, grad_output, *geometry):
         oc, c, kh, kw = self.shape
-        n, _, oh, ow = grad_output.shape
+        oh, ow = grad_output.shape[2:]
         batch_last = batch_last_wanted((kh, kw), (oh, ow))  # the forward's order, when it hands its columns over
         columns = self._forward_columns(x)
         if columns is None and batch_last:
@@ -83,8 +82,7 @@ class WeightGradConv(_ConvCall):
                                          self.dilation, (oh, ow))[0]
         elif columns is None:
             columns = channel_major_columns(x, kh, kw, self.pads, self.stride, self.dilation, self._padded)
-        rows = (gathered(np, "batch-last gradient", grad_output.transpose(1, 2, 3, 0), (oc, oh * ow * n))
-                if batch_last else channel_major(grad_output))
+        rows = batch_last_rows(np, grad_output, 1)[0] if batch_last else channel_major(grad_output)
         out = self._output()  # NOTE: a gradient the optimizer still holds is never handed out again (`take`)
         np.matmul(rows, columns.T, out=out.reshape(oc, c * kh * kw))
         return out

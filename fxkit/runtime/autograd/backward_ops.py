@@ -11,13 +11,13 @@ from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
-from fxkit.runtime.ops.batch_last_columns import batch_last_columns, batch_last_input, has_short_rows
+from fxkit.runtime.ops.batch_last_columns import (batch_last_columns, batch_last_input, batch_last_rows,
+                                                  has_short_rows)
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.indexing import _along, _check_bounds, along_layout, getitem, torch_index
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
-from fxkit.runtime.ops.scratch import gathered
 
 
 def add_at(xp, out, index, values):
@@ -179,9 +179,7 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
         # Columns that outweigh the gradient are gathered batch-last (long runs); the gradient's
         # copy then runs batch-last too, shorter, which is why a small k keeps the plain order.
         cols = batch_last_columns(xp, batch_last_input(xp, input, pads), g, kernel, stride, dilation, out_sizes)
-        gmat = gathered(xp, "batch-last gradient", grad_output.reshape(n, g, oc // g, pixels).transpose(1, 2, 3, 0),
-                        (g, oc // g, pixels * n))
-        return xp.matmul(gmat, cols.transpose(0, 2, 1)).reshape(tuple(weight_size))
+        return xp.matmul(batch_last_rows(xp, grad_output, g), cols.transpose(0, 2, 1)).reshape(tuple(weight_size))
     x = pad_spatial(xp, input, pads) if any(lo or hi for lo, hi in pads) else input
     s_n, s_c, spatial_strides = x.strides[0], x.strides[1], x.strides[2:]
     cols = xp.lib.stride_tricks.as_strided(

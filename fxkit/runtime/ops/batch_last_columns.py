@@ -56,6 +56,16 @@ def batch_last_columns(xp, xt, groups, kernel, stride, dilation, out_sizes, out=
     return out.reshape(shape)
 
 
+def batch_last_rows(xp, values, groups):
+    """``values`` ``(N, C, *spatial)`` (a conv's output gradient, any memory layout) as the rows that multiply
+    batch-last columns: ``(G, C / G, spatial... * N)``, copied into scratch memory."""
+    n, c = values.shape[:2]
+    nd = values.ndim - 2
+    pixels = math.prod(values.shape[2:])
+    moved = values.transpose((1,) + tuple(range(2, 2 + nd)) + (0,))
+    return gathered(xp, "batch-last rows", moved, (groups, c // groups, pixels * n))
+
+
 def batch_first(xp, prod, channels, out_sizes, n, out=None):
     """A batch-last product ``(G, OCg, OUT... * N)`` (scratch memory) copied to a new contiguous
     ``(N, OC, OUT...)``, or into ``out`` of that shape: always a copy, even where the transposed
