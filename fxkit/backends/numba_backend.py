@@ -57,7 +57,6 @@ Example:
 """
 import copy
 import importlib.util
-import os
 
 import numpy as np
 
@@ -118,15 +117,11 @@ class NumbaBackend(NumpyBackend):
         return build_forward(gm, list(gm.graph.nodes), np, self.name, calls, kernels, writers, decisions)
 
     def kernel_calls(self, gm):
-        # NOTE: numba's OpenMP threads spin after each parallel kernel by default, starving numpy's BLAS
-        # threads between kernels (an eager LSTM cell ran 80x slower after one); they sleep instead
-        # unless the user chose. A sleeping thread takes ~50 µs to wake here, as long as a kernel over
-        # 1e6 float32 elements: libgomp's threads first spin briefly (300 rounds), which catches
-        # back-to-back kernels and costs BLAS ~15 µs. Both must be set before numba starts its pool.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        os.environ.setdefault("GOMP_SPINCOUNT", "300")
         # NOTE: numba takes ~0.5 s to import: only a numba compilation pays for it.
+        from fxkit.backends.blas_threads import share_blas_threads
         from fxkit.backends.numba_cache import load_kernel_module
+
+        share_blas_threads()  # NOTE: before numba's pool starts: BLAS and the kernels take turns on its threads
 
         order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
         decisions = []

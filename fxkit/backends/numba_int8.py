@@ -45,6 +45,9 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from fxkit.backends.blas_threads import share_blas_threads
+
+share_blas_threads()  # NOTE: before numba's pool starts (see fxkit.backends.blas_threads)
 _JIT = {"cache": True, "nogil": True}
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _INT16_LIMIT = 32767  # centred operands stay within +-32767: no pair of products overflows int32
