@@ -239,16 +239,29 @@ def _conv_kernel(x, w, n_out, bias, multiplier, left, right, factor, dequantize,
                        right, factor, dequantize, output_zero_point, low, high, pixels, out)
 
 
-@numba.njit(**_JIT)
+_SAME_BLOCKS = 64  # ranges of words compared in parallel
+
+
+@numba.njit(parallel=True, **_JIT)
 def _same(a, b):
     """Whether two equally shaped C-contiguous int8/uint8 arrays hold the same bytes.
 
-    NOTE: an OR of XORs with no early exit: that loop vectorises (tens of GB/s), a comparing one does not."""
+    NOTE: an OR of XORs of 8-byte words, with no early exit, over ranges spread on the threads: that
+    loop vectorises and reads memory at the speed of both cores (BERT's 768x3072 weight: 0.33 ms byte
+    by byte, 0.11 ms so); a comparing loop does not vectorise."""
     fa, fb = a.ravel(), b.ravel()
-    differ = np.uint8(0)
-    for i in range(fa.shape[0]):
-        differ |= np.uint8(fa[i] ^ fb[i])
-    return differ == 0
+    whole = fa.shape[0] // 8 * 8
+    wa, wb = fa[:whole].view(np.uint64), fb[:whole].view(np.uint64)
+    span = (wa.shape[0] + _SAME_BLOCKS - 1) // _SAME_BLOCKS
+    differ = np.zeros(_SAME_BLOCKS + 1, np.uint64)
+    for block in prange(_SAME_BLOCKS):
+        bits = np.uint64(0)
+        for i in range(block * span, min(wa.shape[0], (block + 1) * span)):
+            bits |= wa[i] ^ wb[i]
+        differ[block] = bits
+    for i in range(whole, fa.shape[0]):
+        differ[_SAME_BLOCKS] |= np.uint64(fa[i] ^ fb[i])
+    return differ.max() == 0
 
 
 class _PackCache:

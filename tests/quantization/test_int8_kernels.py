@@ -208,3 +208,17 @@ def test_numba_engine_repacks_a_weight_changed_in_place(rng):
         got = fxkit.quantized_linear(*args, **kwargs).numpy()
     expected = fxkit.quantized_linear(*args, **kwargs).numpy()  # the reference engine
     np.testing.assert_array_equal(got, expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(0, 1200), where=st.floats(0, 1, exclude_max=True), dtype=st.sampled_from([np.int8, np.uint8]))
+def test_numba_engine_sees_any_one_changed_byte_of_a_weight(size, where, dtype):
+    """The unchanged-weight check compares words, by blocks, then the bytes after the last whole word."""
+    from fxkit.backends.numba_int8 import _same
+
+    values = np.arange(size, dtype=np.int64).astype(dtype)
+    assert _same(values, values.copy())
+    if size:
+        changed = values.copy()
+        changed[int(where * size)] ^= dtype(1)
+        assert not _same(values, changed)
