@@ -14,11 +14,10 @@ import fxkit.backends  # noqa: F401  (registers the numba engine)
 from fxkit import nn
 from fxkit.graph import Interpreter
 from fxkit.nn import functional as F
-from fxkit.runtime.ops import quantized_ops as Q
 from fxkit.transforms.quantize import calibrate, convert, per_channel_qconfig, prepare
 from tests.quantization import int_reference as ref
+from tests.quantization.engines import ENGINES, running_on
 
-ENGINES = ["reference", "numba"]
 
 
 def _factors(rng, channels):
@@ -31,28 +30,30 @@ def _factors(rng, channels):
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("relu", [False, True])
-def test_float32_output_is_the_dequantized_accumulator(engine, rng, relu):
+@pytest.mark.parametrize("groups", [1, 2])
+def test_float32_output_is_the_dequantized_accumulator(engine, rng, relu, groups):
     x = rng.integers(-128, 128, (2, 6, 7, 8)).astype(np.int8)
-    w = rng.integers(-127, 128, (6, 3, 3, 3)).astype(np.int8)
+    w = rng.integers(-127, 128, (6, 6 // groups, 3, 3)).astype(np.int8)
     bias = rng.integers(-5000, 5000, 6).astype(np.int32)
     w_zp = rng.integers(-3, 4, 6)
     multiplier, shift, encoded = _factors(rng, 6)
-    acc = ref.conv2d_accumulators(x, w, bias, 5, w_zp, (1, 2), (1, 1), (1, 1), 2)
+    acc = ref.conv2d_accumulators(x, w, bias, 5, w_zp, (1, 2), (1, 1), (1, 1), groups)
     expected = acc.astype(np.float64) * encoded[None, :, None, None]
     if relu:
         expected = np.maximum(expected, 0.0)
-    with Q.use_quantized_engine(engine):
+    with running_on(engine):
         out = fxkit.quantized_conv2d(fxkit.from_numpy(x), fxkit.from_numpy(w), fxkit.from_numpy(bias), 5,
                                      fxkit.from_numpy(w_zp.astype(np.int32)), fxkit.from_numpy(multiplier.astype(np.int32)),
-                                     fxkit.from_numpy(shift.astype(np.int32)), 0, stride=(1, 2), padding=1, groups=2,
+                                     fxkit.from_numpy(shift.astype(np.int32)), 0, stride=(1, 2), padding=1, groups=groups,
                                      dtype=fxkit.float32, relu=relu)
     assert out.dtype is fxkit.float32
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
 
-    xl, wl = x.reshape(2, -1)[:, :27], w.reshape(6, -1)
+    wl = w.reshape(6, -1)
+    xl = x.reshape(2, -1)[:, :wl.shape[1]]
     acc = ref.linear_accumulators(xl, wl, bias, -3, np.zeros(6, np.int64))
     expected = acc.astype(np.float64) * encoded[None, :]
-    with Q.use_quantized_engine(engine):
+    with running_on(engine):
         out = fxkit.quantized_linear(fxkit.from_numpy(np.ascontiguousarray(xl)), fxkit.from_numpy(np.ascontiguousarray(wl)),
                                      fxkit.from_numpy(bias), -3, 0, fxkit.from_numpy(multiplier.astype(np.int32)),
                                      fxkit.from_numpy(shift.astype(np.int32)), 0, dtype=fxkit.float32)

@@ -16,14 +16,14 @@ import fxkit.backends  # noqa: F401  (registers the numba engine)
 from fxkit.errors import DTypeError, FxkitError, ShapeError
 from fxkit.runtime.ops import quantized_ops as Q
 from tests.quantization import int_reference as ref
+from tests.quantization.engines import ENGINES, running_on
 
 RANGES = {np.int8: (-128, 127), np.uint8: (0, 255)}
-ENGINES = ["reference", "numba"]
 
 
 @pytest.fixture(params=ENGINES)
 def engine(request):
-    with Q.use_quantized_engine(request.param):
+    with running_on(request.param):
         yield request.param
 
 
@@ -77,7 +77,7 @@ def test_linear_is_bit_exact_for_any_shape(m, k, n, uint8, per_channel, relu, se
     args, kwargs, expected = _linear_case(rng, m, k, n, np.uint8 if uint8 else np.int8, per_channel, relu,
                                           out_dtype=np.uint8 if seed % 2 else np.int8, reals=reals)
     for name in ENGINES:
-        with Q.use_quantized_engine(name):
+        with running_on(name):
             np.testing.assert_array_equal(fxkit.quantized_linear(*args, **kwargs).numpy(), expected, err_msg=name)
 
 
@@ -222,3 +222,42 @@ def test_numba_engine_sees_any_one_changed_byte_of_a_weight(size, where, dtype):
         changed = values.copy()
         changed[int(where * size)] ^= dtype(1)
         assert not _same(values, changed)
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 13, 16), (9, 70, 33), (70, 129, 64), (3, 300, 65), (130, 31, 130),
+                                     (1, 4, 200)])
+@pytest.mark.parametrize("w_dtype", [np.int8, np.uint8])
+def test_linear_across_weight_panels_is_bit_exact(engine, rng, m, k, n, w_dtype):
+    """Channel counts that fill 1 to 4 vectors of the last 64-channel panel, and several panels; reduction
+    lengths off a multiple of 4; signed and unsigned weights with zero points."""
+    x = _ints(rng, np.uint8, m, k)
+    w = _ints(rng, w_dtype, n, k)
+    bias = rng.integers(-20000, 20000, n).astype(np.int32)
+    w_zp = rng.integers(*RANGES[w_dtype], n)
+    multiplier, shift = _requant_params(rng, n, True)
+    acc = ref.linear_accumulators(x, w, bias, 200, w_zp)
+    expected = ref.requantize(acc, multiplier, shift, -4, -128, 127, False, channel_axis=1)
+    out = fxkit.quantized_linear(fxkit.from_numpy(x), fxkit.from_numpy(w), fxkit.from_numpy(bias), 200,
+                                 fxkit.from_numpy(w_zp.astype(np.int32)), fxkit.from_numpy(multiplier.astype(np.int32)),
+                                 fxkit.from_numpy(shift.astype(np.int32)), -4)
+    np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_the_numba_engine_takes_the_byte_tiles_exactly_where_the_cpu_has_vnni():
+    from fxkit.backends import numba_int8, numba_int8_vnni
+
+    assert numba_int8._VNNI == numba_int8_vnni.available()
+
+
+@pytest.mark.parametrize("cpu_name, features, expected", [("generic", "", False), ("skylake-avx512", "", False),
+                                                          (None, "+avx512f,+avx512bw,+avx512vnni", True),
+                                                          (None, "+avx512f,+avx512bw,-avx512vnni", False)])
+def test_vnni_is_used_only_when_numba_compiles_for_a_cpu_that_has_it(monkeypatch, cpu_name, features, expected):
+    """``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` (a portable cache, a cross build) decide, not the host."""
+    from numba.core import config
+
+    from fxkit.backends import numba_int8_vnni
+
+    monkeypatch.setattr(config, "CPU_NAME", cpu_name)
+    monkeypatch.setattr(config, "CPU_FEATURES", features)
+    assert numba_int8_vnni.available() is expected
