@@ -118,7 +118,7 @@ class NumbaBackend(NumpyBackend):
 
     def kernel_calls(self, gm):
         # NOTE: numba takes ~0.5 s to import: only a numba compilation pays for it.
-        from fxkit.backends.blas_threads import share_blas_threads
+        from fxkit.runtime.blas_threads import share_blas_threads
         from fxkit.backends.numba_cache import load_kernel_module
 
         share_blas_threads()  # NOTE: before numba's pool starts: BLAS and the kernels take turns on its threads

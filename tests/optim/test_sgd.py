@@ -64,12 +64,15 @@ MOMENTUM_CONFIGS = {name: config for name, config in CONFIGS.items() if config.g
 
 @pytest.mark.parametrize("config", MOMENTUM_CONFIGS.values(), ids=MOMENTUM_CONFIGS.keys())
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fused_update_of_a_large_parameter_is_the_array_form_bit_for_bit(config, dtype, rng):
+@pytest.mark.parametrize("threads", ["calling thread", "numba threads"])
+def test_fused_update_of_a_large_parameter_is_the_array_form_bit_for_bit(config, dtype, threads, rng, monkeypatch):
     """A parameter of FUSED_MIN elements or more with momentum is updated by one numba loop (fxkit.optim.fused_sgd); it rounds
     after every operation as the array form does, so four steps of each give identical bits (and both match
-    torch above)."""
+    torch above), on the calling thread and on numba's threads."""
     pytest.importorskip("numba")
-    from fxkit.optim import sgd
+    from fxkit.optim import fused_sgd, sgd
+
+    monkeypatch.setattr(fused_sgd, "_SHARED_POOL", threads == "numba threads")
 
     size = sgd.FUSED_MIN
     start = rng.standard_normal(size).astype(dtype)

@@ -1,4 +1,4 @@
-"""numpy's OpenBLAS running its parallel jobs on numba's threads (`fxkit.backends.blas_threads`)."""
+"""numpy's OpenBLAS running its parallel jobs on numba's threads (`fxkit.runtime.blas_threads`)."""
 import ctypes
 import os
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from fxkit.backends import blas_threads  # noqa: E402
+from fxkit.runtime import blas_threads  # noqa: E402
 
 SHARED = blas_threads.share_blas_threads()
 needs_sharing = pytest.mark.skipif(not SHARED, reason="no loaded OpenBLAS takes a threading callback here")
@@ -115,7 +115,7 @@ def test_a_forked_child_multiplies_on_openblas_threads_again(rng):
 
 
 def test_opting_out_keeps_openblas_threads_and_quiets_numbas():
-    script = ("import os; from fxkit.backends.blas_threads import share_blas_threads; "
+    script = ("import os; from fxkit.runtime.blas_threads import share_blas_threads; "
               "print(share_blas_threads(), os.environ['OMP_WAIT_POLICY'], os.environ['GOMP_SPINCOUNT'])")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["FXKIT_SHARE_BLAS_THREADS"] = "0"

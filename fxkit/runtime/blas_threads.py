@@ -18,7 +18,8 @@ them with ``prange`` on numba's OpenMP threads, one job per thread (as many
 threads as OpenBLAS asked for, so ``threadpoolctl`` limits still hold).
 OpenBLAS computes exactly what its own pool would; only the threads differ.
 
-`share_blas_threads` installs it once, before numba's pool starts, in every
+`share_blas_threads` installs it once, before numba's pool starts (the numba
+backend, the numba int8 engine and SGD's fused update call it), in every
 OpenBLAS this process has loaded (numpy's and scipy's, which numba's
 ``np.dot`` calls). Nothing is installed, and the previous behaviour stays,
 when:
