@@ -55,10 +55,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fxkit.backends import numba_int8_vnni as vnni
-from fxkit.runtime.blas_threads import share_blas_threads
 from fxkit.backends.numba_requantize import write_outputs
+from fxkit.runtime.blas_threads import share_blas_threads
 
 share_blas_threads()  # NOTE: before numba's pool starts (see fxkit.runtime.blas_threads)
+
 _JIT = {"cache": True, "nogil": True}
 _INT16_LIMIT = 32767  # centred operands stay within +-32767: no pair of products overflows int32
 _TILE = 4  # rows x output channels of one register tile

@@ -1,10 +1,12 @@
 """The output pass of the numba int8 engine's products: int32 sums to requantized integers or floats.
 
-Both product paths (`fxkit.backends.numba_int8`'s int16 pairs and
-`fxkit.backends.numba_int8_vnni`'s bytes) leave a block of int32 sums, channel
-by channel, for one chunk of rows; `write_outputs` adds the bias, requantizes
-(or dequantizes) and stores each value where the layer's output keeps it, so no
-layer ever transposes or requantizes its result in a second pass.
+`requantize` is gemmlowp's fixed-point step that both product paths end in.
+`write_outputs` is the int16 path's pass (`fxkit.backends.numba_int8`): its tiles
+leave a block of int32 sums, channel by channel, for one chunk of rows, and it
+adds the bias, requantizes (or dequantizes) and stores each value where the
+layer's output keeps it, so no layer transposes or requantizes its result in a
+second pass. The byte path (`fxkit.backends.numba_int8_vnni`) keeps its sums row
+by row and has its own pass over them.
 """
 import numba
 import numpy as np

@@ -261,3 +261,13 @@ def test_vnni_is_used_only_when_numba_compiles_for_a_cpu_that_has_it(monkeypatch
     monkeypatch.setattr(config, "CPU_NAME", cpu_name)
     monkeypatch.setattr(config, "CPU_FEATURES", features)
     assert numba_int8_vnni.available() is expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(0, 70), min_size=1, max_size=3), dtype=st.sampled_from([np.int8, np.int16, np.int32]))
+def test_packed_weights_start_on_a_cache_line(shape, dtype):
+    from fxkit.backends.numba_int8_vnni import aligned_empty
+
+    array = aligned_empty(tuple(shape), dtype)
+    assert array.shape == tuple(shape) and array.dtype == dtype and array.flags.c_contiguous
+    assert array.ctypes.data % 64 == 0
