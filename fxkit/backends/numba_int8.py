@@ -55,6 +55,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fxkit.backends import numba_int8_vnni as vnni
+from fxkit.backends.numba_int8_columns import gather_pixel
 from fxkit.backends.numba_requantize import write_outputs
 from fxkit.runtime.blas_threads import share_blas_threads
 
@@ -171,7 +172,7 @@ def _conv_kernel(x, w, n_out, bias, multiplier, left, right, factor, dequantize,
     time into int16 rows (columns ``(ky, kx, channel)``: each tap is one contiguous copy of the
     channels; taps in the padding are 0, the centred zero point), then the requantized product
     written to the flat NCHW ``out`` of ``n_out`` channels."""
-    n_images, h, width, channels = x.shape
+    n_images = x.shape[0]
     n_pad, k_pad = w.shape
     pixels = oh * ow
     m_rows = n_images * pixels
@@ -184,29 +185,7 @@ def _conv_kernel(x, w, n_out, bias, multiplier, left, right, factor, dequantize,
         # NOTE: not zeroed: the padding columns meet zero weights, and the padding rows' sums are dropped.
         rows = np.empty(((count + _TILE - 1) // _TILE * _TILE, k_pad), np.int16)
         for r in range(count):
-            m = m0 + r
-            image, pixel = m // pixels, m % pixels
-            oy, ox = pixel // ow, pixel % ow
-            col = 0
-            # NOTE: plain indexing, no row views: a numba view costs two atomic reference counts.
-            for i in range(kh):
-                y = oy * sh - ph + i * dh
-                for j in range(kw):
-                    xx = ox * sw - pw + j * dw
-                    if 0 <= y < h and 0 <= xx < width:
-                        # NOTE: blocks of 16 of fixed length: a loop over all the channels (a runtime
-                        # count, often 64) falls short of LLVM's unrolled vector loop and runs scalar.
-                        c = 0
-                        while c + 16 <= channels:
-                            for q in range(16):
-                                rows[r, col + c + q] = x[image, y, xx, c + q]
-                            c += 16
-                        for q in range(c, channels):
-                            rows[r, col + q] = x[image, y, xx, q]
-                    else:
-                        for c in range(channels):
-                            rows[r, col + c] = 0
-                    col += channels
+            gather_pixel(x, m0 + r, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np.int16(0), rows, r)
         _chunk_product(rows, m0, count, w, nc * span, min((nc + 1) * span, n_pad), n_out, bias, multiplier, left,
                        right, factor, dequantize, output_zero_point, low, high, pixels, out)
 

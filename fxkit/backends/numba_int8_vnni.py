@@ -32,6 +32,7 @@ from numba import prange, types
 from numba.core import cgutils, config
 from numba.extending import intrinsic
 
+from fxkit.backends.numba_int8_columns import gather_pixel
 from fxkit.backends.numba_requantize import requantize
 
 _JIT = {"cache": True, "nogil": True}
@@ -197,6 +198,22 @@ def _write_panel(acc, count, n0, n1, constant, w_zp, row_sums, m0, n_out, multip
                 out[at + j * pixels] = block[r, j]
 
 
+@numba.njit(inline="always", **_JIT)
+def _job(job, n_split, chunk, m_rows, span):
+    """Job ``job``'s first row, row count and first panel: chunk ``job // n_split`` of rows, panel
+    range ``job % n_split``."""
+    m0 = job // n_split * chunk
+    return m0, min(chunk, m_rows - m0), job % n_split * span
+
+
+@numba.njit(inline="always", **_JIT)
+def _rows(count, row_bytes):
+    """A job's byte rows, as many as the tiles read (a multiple of 4).
+
+    NOTE: not initialised: rows past ``count`` are computed and dropped."""
+    return np.empty(((count + _ROWS - 1) // _ROWS * _ROWS, row_bytes), np.uint8)
+
+
 @numba.njit(parallel=True, **_JIT)
 def linear_kernel(x, flip, panels, n_padded, constant, w_zp, n_out, multiplier, left, right, factor, dequantize,
                   output_zero_point, low, high, chunk, n_split, out):
@@ -208,12 +225,9 @@ def linear_kernel(x, flip, panels, n_padded, constant, w_zp, n_out, multiplier, 
     m_chunks = (m_rows + chunk - 1) // chunk
     span = (n_panels + n_split - 1) // n_split
     for job in prange(m_chunks * n_split):
-        mc, nc = job // n_split, job % n_split
-        m0, p0 = mc * chunk, nc * span
-        count = min(chunk, m_rows - m0)
+        m0, count, p0 = _job(job, n_split, chunk, m_rows, span)
         if p0 < n_panels:
-            # NOTE: rows past count are not set: their sums are computed and dropped.
-            rows = np.empty(((count + _ROWS - 1) // _ROWS * _ROWS, row_bytes), np.uint8)
+            rows = _rows(count, row_bytes)
             for r in range(count):
                 for i in range(k):
                     rows[r, i] = np.uint8(x[m0 + r, i]) ^ flip
@@ -229,7 +243,7 @@ def conv_kernel(x, x_zp, panels, n_padded, constant, w_zp, n_out, multiplier, le
     """`conv2d` (one group) of the unsigned NHWC byte ``x`` (zero point ``x_zp``, 0..255): im2col of
     ``chunk`` output pixels at a time into byte rows (columns ``(ky, kx, channel)``; taps in the
     padding hold the zero point), then the product written to the flat NCHW ``out``."""
-    n_images, h, width, channels = x.shape
+    n_images, channels = x.shape[0], x.shape[3]
     k = kh * kw * channels
     row_bytes = (k + _QUAD - 1) // _QUAD * _QUAD
     n_panels = (n_padded + _PANEL - 1) // _PANEL
@@ -239,35 +253,11 @@ def conv_kernel(x, x_zp, panels, n_padded, constant, w_zp, n_out, multiplier, le
     span = (n_panels + n_split - 1) // n_split
     pad = np.uint8(x_zp)
     for job in prange(m_chunks * n_split):
-        mc, nc = job // n_split, job % n_split
-        m0, p0 = mc * chunk, nc * span
-        count = min(chunk, m_rows - m0)
+        m0, count, p0 = _job(job, n_split, chunk, m_rows, span)
         if p0 < n_panels:
-            rows = np.empty(((count + _ROWS - 1) // _ROWS * _ROWS, row_bytes), np.uint8)
+            rows = _rows(count, row_bytes)
             for r in range(count):
-                m = m0 + r
-                image, pixel = m // pixels, m % pixels
-                oy, ox = pixel // ow, pixel % ow
-                col = 0
-                # NOTE: plain indexing, no row views: a numba view costs two atomic reference counts.
-                for i in range(kh):
-                    y = oy * sh - ph + i * dh
-                    for j in range(kw):
-                        xx = ox * sw - pw + j * dw
-                        if 0 <= y < h and 0 <= xx < width:
-                            # NOTE: blocks of 16 of fixed length: a loop over a runtime channel count
-                            # falls short of LLVM's unrolled vector loop and runs scalar.
-                            c = 0
-                            while c + 16 <= channels:
-                                for q in range(16):
-                                    rows[r, col + c + q] = x[image, y, xx, c + q]
-                                c += 16
-                            for q in range(c, channels):
-                                rows[r, col + q] = x[image, y, xx, q]
-                        else:
-                            for c in range(channels):
-                                rows[r, col + c] = pad
-                        col += channels
+                gather_pixel(x, m0 + r, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, pad, rows, r)
                 for i in range(k, row_bytes):
                     rows[r, i] = 0
             _chunk_product(rows, count, panels, n_padded, p0, min(p0 + span, n_panels), constant, w_zp, m0, n_out,
@@ -305,9 +295,10 @@ def aligned_empty(shape, dtype):
     4.2 ms or 1.7 ms depending on where the heap placed its weight."""
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
-    raw = np.empty(count * dtype.itemsize + _LINE, np.uint8)
+    raw = np.empty((count + 1) * dtype.itemsize + _LINE, np.uint8)
     start = -raw.ctypes.data % _LINE
-    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+    # NOTE: one element more, sliced off after the view: numpy moves the data of a view of no bytes.
+    return raw[start:start + (count + 1) * dtype.itemsize].view(dtype)[:count].reshape(shape)
 
 
 def constants(bias, x_zp, k, column_sums, w_zp):
