@@ -122,3 +122,19 @@ def test_opting_out_keeps_openblas_threads_and_quiets_numbas():
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[]", "PASSIVE", "300"]
+
+
+@numba.njit(parallel=True)
+def _products_in_parallel(a, b, out):
+    for i in numba.prange(out.shape[0]):
+        out[i] = np.dot(a[i], b[i])
+
+
+@needs_sharing
+def test_blas_called_from_inside_a_parallel_kernel_runs_and_is_right(rng):
+    """numba's ``np.dot`` calls scipy's OpenBLAS from numba's own threads: the jobs nest into the pool."""
+    a, b = rng.standard_normal((4, 300, 300)), rng.standard_normal((4, 300, 300))
+    out = np.empty_like(a)
+    _products_in_parallel(a, b, out)
+    for i in range(4):
+        np.testing.assert_allclose(out[i], a[i] @ b[i], rtol=1e-12, atol=1e-10)
