@@ -208,10 +208,10 @@ class Im2colConv(_ChannelsLast):
     output pixels gathered into the shared columns (`scratch`), then their product (and bias) written into
     those pixels' rows of the output while the columns are still in cache.
 
-    The windows are gathered by `fxkit.backends.numba_conv.im2col_nhwc`, or, for inputs of fewer than
-    `NARROW_CHANNELS` channels, by numpy's strided copy of a padded input, a block of whole images at a time:
-    numba's loop over one channel per tap took 0.30 ms for LeNet's first conv at batch 8 where numpy's copy
-    took 0.12 ms."""
+    The windows are gathered by `fxkit.backends.numba_conv.im2col_nhwc` (on numba's threads when BLAS
+    shares them), or, for inputs of fewer than `NARROW_CHANNELS` channels, by numpy's strided copy of a
+    padded input, a block of whole images at a time: numba's loop over one channel per tap took 0.30 ms
+    for LeNet's first conv at batch 8 where numpy's copy took 0.12 ms."""
 
     __slots__ = ("pads", "stride", "dilation", "_padded")
 
@@ -246,8 +246,10 @@ class Im2colConv(_ChannelsLast):
 
     def _pixel_blocks(self, rows, kh, kw):
         """``(first output pixel, columns)`` for each block of `COLUMN_BLOCK_BYTES`, gathered by numba."""
-        from fxkit.backends.numba_conv import im2col_nhwc
+        from fxkit.backends.numba_conv import im2col_nhwc, im2col_nhwc_parallel
+        from fxkit.runtime.blas_threads import share_blas_threads
 
+        gather = im2col_nhwc_parallel if share_blas_threads() else im2col_nhwc
         _, oh, ow, _ = self.shape
         (pt, _), (pl, _) = self.pads
         taps, pixels = kh * kw * rows.shape[3], rows.shape[0] * oh * ow
@@ -255,7 +257,7 @@ class Im2colConv(_ChannelsLast):
         columns = scratch((block, taps), rows.dtype)
         for first in range(0, pixels, block):
             count = min(block, pixels - first)
-            im2col_nhwc(columns[:count], rows, first, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
+            gather(columns[:count], rows, first, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
             yield first, columns[:count]
 
     def _image_blocks(self, rows, kh, kw):
@@ -377,7 +379,7 @@ class DepthwiseConv(_ChannelsLast):
         from fxkit.backends import numba_conv  # NOTE: numba loads only when a depthwise conv is lowered
 
         self.arguments = (*stride, pads[0][0], pads[1][0], *dilation)
-        self.parallel = math.prod(self.shape) * math.prod(weight_shape[2:]) >= numba_conv.PARALLEL_MIN_WORK
+        self.parallel = math.prod(self.shape) * math.prod(weight_shape[2:]) >= numba_conv.parallel_min_work()
         self._kernel = numba_conv.depthwise_conv2d_nhwc if self.parallel else numba_conv.depthwise_conv2d_nhwc_serial
         self._zeros = np.zeros(self.shape[-1], self.dtype)
         numba_conv.warm(self.dtype)

@@ -56,6 +56,7 @@ Example:
     >>> print(compiled.kernel_sources()["fused_0"])
 """
 import copy
+import functools
 import importlib.util
 
 import numpy as np
@@ -121,7 +122,7 @@ class NumbaBackend(NumpyBackend):
         from fxkit.runtime.blas_threads import share_blas_threads
         from fxkit.backends.numba_cache import load_kernel_module
 
-        share_blas_threads()  # NOTE: before numba's pool starts: BLAS and the kernels take turns on its threads
+        pool_shared = bool(share_blas_threads())  # NOTE: before numba's pool starts: BLAS and kernels share it
 
         order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
         decisions = []
@@ -175,7 +176,7 @@ class NumbaBackend(NumpyBackend):
         sources = {}
         for node in list(gm.graph.nodes):
             if node.op == "call" and isinstance(node.target, FusedOp):
-                source = kernel_source(node)
+                source = kernel_source(node, pool_shared)
                 if source is None:
                     decisions.append(Decision(node.name, "numpy ops", "no numba kernel for this group's "
                                                                        "dtypes or layout"))
@@ -226,9 +227,11 @@ def reshape_reordered_views(graph, reordered):
     return decisions
 
 
-def kernel_source(node):
-    """The numba kernel of a fused call, or None when its group runs with numpy instead."""
-    return fused_kernel_source(node, unsupported, row_kernel, elementwise_kernel)
+def kernel_source(node, pool_shared=False):
+    """The numba kernel of a fused call, or None when its group runs with numpy instead; ``pool_shared``:
+    whether numpy's BLAS runs on numba's threads (more kernels then run in parallel)."""
+    return fused_kernel_source(node, unsupported, functools.partial(row_kernel, pool_shared=pool_shared),
+                               functools.partial(elementwise_kernel, pool_shared=pool_shared))
 
 
 def precompile(call, source):

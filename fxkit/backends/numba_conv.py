@@ -12,16 +12,19 @@ so LLVM vectorises it whatever the map size (a planar kernel's rows are only
 7 or 14 pixels long in the last stages; measured 0.05 ms against numpy's
 0.46 ms for 960 channels of 7x7). Padding is a bounds test per tap, never a
 padded copy. Output rows are spread over numba's threads when there is
-enough work (`PARALLEL_MIN_WORK`).
+enough work (`parallel_min_work`).
 
 `im2col_nhwc` copies the windows of a range of a channels-last input's
 output pixels into a block of columns, padding included (zeros written where
 a tap falls outside): `fxkit.backends.conv_lowering.Im2colConv` gathers and
 multiplies block by block, so the columns stay in cache (ResNet-18's layer1
 at batch 8: 12.5 ms a conv in blocks of 4 MiB, 16 ms with its 58 MB of
-columns at once, PyTorch 9.4 ms). It runs on the calling thread: gathered on
-numba's threads between two BLAS calls, the same conv took 100-270 ms, each
-side's workers waiting for cores the other's held.
+columns at once, PyTorch 9.4 ms). It runs on the calling thread unless numpy's
+BLAS shares numba's threads (`im2col_nhwc_parallel`): gathered on numba's
+threads between two BLAS calls of OpenBLAS's own pool, the same conv took
+100-270 ms, each side's workers waiting for cores the other's held; with one
+pool, ResNet-18 compiled at batch 8 went from 0.73-0.75x to 0.67x the numpy
+backend's time.
 
 `col2im_channel_major` is the adjoint of channel-major im2col
 (`fxkit.backends.conv_lowering.channel_major_columns`): the values of a
@@ -37,12 +40,25 @@ picks this kernel: numba takes ~0.5 s to import.
 import numba
 import numpy as np
 
+from fxkit.runtime.blas_threads import share_blas_threads
+
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-# Measured on the reference machine under load (2 cores, ~6 runnable processes): waking numba's
-# sleeping threads cost 12-17 ms per call, where one thread did 112x112x32 in 1.2 ms; at batch 8
-# (8x56x56x144, 33M multiply-adds) the two took 31 and 25 ms.
+# Measured on the reference machine under load (2 cores, ~6 runnable processes), with numba's threads told
+# to sleep between kernels and OpenBLAS's own workers spinning beside them: waking numba's threads cost
+# 12-17 ms per call, where one thread did 112x112x32 in 1.2 ms; at batch 8 (8x56x56x144, 33M
+# multiply-adds) the two took 31 and 25 ms.
 PARALLEL_MIN_WORK = 1 << 25
-"""Multiply-adds (outputs times taps) from which the kernel runs on numba's threads."""
+"""Multiply-adds (outputs times taps) from which the kernel runs on numba's threads, when numpy's BLAS
+keeps its own threads."""
+PARALLEL_MIN_WORK_SHARED = 1 << 18
+"""The same when BLAS runs on numba's threads (`fxkit.runtime.blas_threads`): the threads are awake after
+each product, and MobileNetV2 / EfficientNet-B0 compiled took 9.2 / 15.2 ms at batch 1 and 68 / 100 ms
+at batch 8, against 11.9 / 18.8 and 95 / 136 ms with `PARALLEL_MIN_WORK` (2 cores, one run, interleaved)."""
+
+
+def parallel_min_work():
+    """`PARALLEL_MIN_WORK_SHARED` when numpy's BLAS shares numba's threads, else `PARALLEL_MIN_WORK`."""
+    return PARALLEL_MIN_WORK_SHARED if share_blas_threads() else PARALLEL_MIN_WORK
 
 
 @numba.njit(**_JIT)
@@ -97,7 +113,7 @@ def depthwise_conv2d_nhwc(out, x, w, bias, sh, sw, ph, pw, dh, dw):
 
 @numba.njit(**_JIT)
 def depthwise_conv2d_nhwc_serial(out, x, w, bias, sh, sw, ph, pw, dh, dw):
-    """`depthwise_conv2d_nhwc` on the calling thread (below `PARALLEL_MIN_WORK`)."""
+    """`depthwise_conv2d_nhwc` on the calling thread (below `parallel_min_work`)."""
     for row in range(out.shape[0] * out.shape[1]):
         _row_nhwc(out, x, w, bias, row, sh, sw, ph, pw, dh, dw)
 
@@ -115,24 +131,36 @@ def im2col_nhwc(columns, x, first, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
         oh, ow, kh, kw, sh, sw, ph, pw, dh, dw: output size, kernel size, stride, leading padding and
             dilation (trailing padding is what the output size leaves).
     """
+    for i in range(columns.shape[0]):
+        _window(columns, i, x, first + i, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+
+
+@numba.njit(parallel=True, **_JIT)
+def im2col_nhwc_parallel(columns, x, first, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
+    """`im2col_nhwc` with its rows spread over numba's threads."""
+    for i in numba.prange(columns.shape[0]):
+        _window(columns, i, x, first + i, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+
+
+@numba.njit(inline="always", **_JIT)
+def _window(columns, i, x, pixel, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
+    """Row ``i`` of `im2col_nhwc`'s columns: the window of output pixel ``pixel``."""
     h, w, c = x.shape[1], x.shape[2], x.shape[3]
     zero = columns.dtype.type(0)
-    for i in range(columns.shape[0]):
-        pixel = first + i
-        image = pixel // (oh * ow)
-        y = (pixel // ow) % oh
-        xo = pixel % ow
-        for p in range(kh):
-            iy = y * sh - ph + p * dh
-            for q in range(kw):
-                ix = xo * sw - pw + q * dw
-                start = (p * kw + q) * c
-                if 0 <= iy < h and 0 <= ix < w:
-                    for k in range(c):
-                        columns[i, start + k] = x[image, iy, ix, k]
-                else:
-                    for k in range(c):
-                        columns[i, start + k] = zero
+    image = pixel // (oh * ow)
+    y = (pixel // ow) % oh
+    xo = pixel % ow
+    for p in range(kh):
+        iy = y * sh - ph + p * dh
+        for q in range(kw):
+            ix = xo * sw - pw + q * dw
+            start = (p * kw + q) * c
+            if 0 <= iy < h and 0 <= ix < w:
+                for k in range(c):
+                    columns[i, start + k] = x[image, iy, ix, k]
+            else:
+                for k in range(c):
+                    columns[i, start + k] = zero
 
 
 @numba.njit(**_JIT)
@@ -253,9 +281,11 @@ def warm_max_pool(dtype, xp=np):
 
 
 def warm_im2col(dtype, xp=np):
-    """Compile `im2col_nhwc` for ``dtype`` now (the specialisation's compile time, not its first call)."""
+    """Compile `im2col_nhwc` (and its parallel form) for ``dtype`` now (the specialisation's compile time,
+    not its first call)."""
     x = xp.zeros((1, 1, 1, 1), dtype)
-    im2col_nhwc(xp.zeros((1, 1), dtype), x, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1)
+    for gather in (im2col_nhwc, im2col_nhwc_parallel):
+        gather(xp.zeros((1, 1), dtype), x, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1)
 
 
 def warm_col2im(dtype, xp=np):

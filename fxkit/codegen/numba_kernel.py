@@ -54,6 +54,10 @@ from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 PARALLEL_MIN = 1 << 19
 """Results with fewer elements (2 MB of float32) run serially: a thread-pool launch costs ~10 µs, and
 waking numba's threads between BLAS calls (convolutions, matmuls) costs the BLAS threads more."""
+PARALLEL_MIN_SHARED = 1 << 16
+"""`PARALLEL_MIN` when numpy's BLAS runs on numba's threads (`fxkit.runtime.blas_threads`): they are awake
+after each product and no other pool waits for the cores. The Transformer block's ``gelu`` over 262144
+float32 (batch 8) took 0.142 ms in parallel against 0.244 ms serial, the block 1.41 against 1.52 ms."""
 PARALLEL_MIN_STREAMING = 1 << 23
 """The same for a kernel of vectorised code only (arithmetic, comparisons, ``exp32``): it streams memory,
 which one core nearly saturates, and right after a BLAS call (a conv's ReLU, a residual add) numba's
@@ -78,10 +82,12 @@ def jit_decorator(parallel):
     return f'@numba.njit(cache=True, error_model="numpy", nogil=True{", parallel=True" if parallel else ""})'
 
 
-def parallel_for(shape, streaming=False):
-    """Whether a kernel over ``shape`` runs on numba's thread pool: `PARALLEL_MIN` elements or more, or
-    `PARALLEL_MIN_STREAMING` for a kernel that only streams memory (``streaming``)."""
-    return math.prod(shape) >= (PARALLEL_MIN_STREAMING if streaming else PARALLEL_MIN)
+def parallel_for(shape, streaming=False, pool_shared=False):
+    """Whether a kernel over ``shape`` runs on numba's thread pool: `PARALLEL_MIN` elements or more
+    (`PARALLEL_MIN_SHARED` when BLAS shares the pool: ``pool_shared``), or `PARALLEL_MIN_STREAMING` for a
+    kernel that only streams memory (``streaming``)."""
+    least = PARALLEL_MIN_STREAMING if streaming else PARALLEL_MIN_SHARED if pool_shared else PARALLEL_MIN
+    return math.prod(shape) >= least
 
 
 class KernelSource(NamedTuple):
@@ -246,13 +252,14 @@ def emit_nest(block, indices, extents, body):
 
 
 # -- elementwise kernels --------------------------------------------------------------------------
-def elementwise_kernel(fused, args, names=None):
+def elementwise_kernel(fused, args, names=None, pool_shared=False):
     """Generate the kernel module of a `FusedOp` of elementwise ops.
 
     Args:
         fused: the `FusedOp` (its ``graph`` holds placeholders, calls and an output).
         args: per input, a `TensorMeta` or the Python value it receives.
         names: the graph's names of the inputs, for the leading comment.
+        pool_shared: whether numpy's BLAS runs on numba's threads (`parallel_for`).
 
     Returns:
         A `KernelSource` with entry points ``kernel`` and ``kernel_strided``, each
@@ -268,13 +275,13 @@ def elementwise_kernel(fused, args, names=None):
     module = CodeBlock()
     module.lines(HEADER)
     for strided in (False, True):
-        _elementwise_entry(module, graph, metas, placeholders, results, shape, strided)
+        _elementwise_entry(module, graph, metas, placeholders, results, shape, strided, pool_shared)
     inputs = tuple(metas[n] if isinstance(metas[n], TensorMeta) else type(metas[n]) for n in placeholders)
     return KernelSource(str(module), kernel_header(fused, placeholders, names), inputs,
                         tuple(metas[r] for r in results))
 
 
-def _elementwise_entry(module, graph, metas, placeholders, results, shape, strided):
+def _elementwise_entry(module, graph, metas, placeholders, results, shape, strided, pool_shared):
     """``loops[_strided]`` (the loop nest) and ``kernel[_strided]`` (collapsing, launching).
 
     A parallel contiguous kernel whose operands collapse to one flat loop runs
@@ -297,7 +304,7 @@ def _elementwise_entry(module, graph, metas, placeholders, results, shape, strid
         groups = collapse(shape, [s for _, s in operands])
         views = view_shapes(shape, groups, operands)
         inner, inner_shape, loop_groups = view_loops(groups, views)
-    parallel = parallel_for(shape, not calls_slow_functions(graph, metas)) and bool(groups[0])
+    parallel = parallel_for(shape, not calls_slow_functions(graph, metas), pool_shared) and bool(groups[0])
     flat = parallel and not strided and len(groups) == 1
     body = _ElementwiseBody(graph, metas, placeholders, results, params, outs, inner, inner_shape, loop_groups,
                             strided)

@@ -170,13 +170,14 @@ def row_layout(shape, k, operand_shapes):
     return True
 
 
-def row_kernel(fused, args, names=None):
+def row_kernel(fused, args, names=None, pool_shared=False):
     """Generate the row kernel of a `FusedOp` holding one row op (see the module docstring).
 
     Args:
         fused: the `FusedOp`.
         args: per input, a `TensorMeta` or the Python value it receives.
         names: the graph's names of the inputs, for the leading comment.
+        pool_shared: whether numpy's BLAS runs on numba's threads (`parallel_for`).
 
     Returns:
         A `KernelSource` with the one entry point ``kernel(out0, ..., x0, ...)``, for
@@ -208,7 +209,8 @@ def row_kernel(fused, args, names=None):
     module = CodeBlock()
     module.lines(_ROW_HEADER)
     module.lines(["", ""])
-    _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue)
+    _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue,
+                  pool_shared)
     inputs = tuple(metas[n] if isinstance(metas[n], TensorMeta) else type(metas[n]) for n in placeholders)
     header = kernel_header(fused, placeholders, names)
     return KernelSource(str(module), header, inputs, tuple(metas[r] for r in results), elementwise=False)
@@ -229,7 +231,8 @@ def _check(row, k, dtype, shape, prologue, epilogue, results, arrays, metas):
     return None
 
 
-def _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue):
+def _row_function(module, graph, metas, placeholders, results, row, rule, k, shape, dtype, prologue, epilogue,
+                  pool_shared):
     namespace = Namespace(_ROW_RESERVED)
     params = [namespace.create_name(f"x{i}") for i in range(len(placeholders))]
     outs = [namespace.create_name(f"out{i}") for i in range(len(results))]
@@ -298,7 +301,7 @@ def _row_function(module, graph, metas, placeholders, results, row, rule, k, sha
 
         emit_nest(module, indices[:-1], extents[:-1], row_body)
     module.lines(["", ""])
-    parallel = parallel_for(shape) and bool(groups[0])
+    parallel = parallel_for(shape, pool_shared=pool_shared) and bool(groups[0])
     module.line(jit_decorator(parallel))
     with module.indent(f"def kernel({', '.join(outs + params)}):"):
         extents = group_extents(module, namespace, shape, groups, operands)

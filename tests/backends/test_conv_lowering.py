@@ -34,6 +34,7 @@ CONVS = [
     ((4, 4, 3, 1, 2, 2, 4, False), (2, 4, 25, 27), "depthwise numba kernel, channels-last"),  # dilation
     ((4, 4, 4, 1, "same", 1, 4), (1, 4, 24, 24), "depthwise numba kernel, channels-last"),  # uneven padding
     ((6, 6, 3, 1, 1, 1, 6), (2, 6, 7, 7), "depthwise numba kernel, channels-last"),  # small maps
+    ((32, 32, 3, 1, 1, 1, 32), (2, 32, 40, 38), "depthwise numba kernel, channels-last"),  # 875K taps: threads
     ((4, 8, 3, 1, 1, 1, 2), (2, 4, 6, 6), "numpy conv2d"),  # grouped, not depthwise
     ((16, 64, 3, 1, 1), (1, 16, 5, 5), "im2col, channels-last"),  # fewer pixels than channels, 3x3
     ((16, 64, 3, 1, 1), (2, 16, 3, 2), "3x3, channel-major"),  # channels 4x the pixels: batch-last columns

@@ -136,7 +136,8 @@ def test_a_view_after_a_channels_last_pool_runs_as_reshape(rng):
 @pytest.mark.parametrize("kernel, stride, padding, dilation", [
     ((3, 3), (1, 1), (1, 1), (1, 1)), ((7, 7), (2, 2), (3, 3), (1, 1)), ((3, 5), (2, 1), (0, 2), (2, 1)),
     ((3, 3), (1, 1), (2, 2), (2, 2)), ((1, 1), (2, 2), (0, 0), (1, 1))])
-def test_the_im2col_gather_matches_numpy_windows_of_the_padded_input(kernel, stride, padding, dilation, rng):
+@pytest.mark.parametrize("gather", ["im2col_nhwc", "im2col_nhwc_parallel"])
+def test_the_im2col_gather_matches_numpy_windows_of_the_padded_input(kernel, stride, padding, dilation, gather, rng):
     from fxkit.backends import numba_conv
 
     x = rng.standard_normal((2, 9, 10, 3)).astype(np.float32)
@@ -148,7 +149,7 @@ def test_the_im2col_gather_matches_numpy_windows_of_the_padded_input(kernel, str
                          for p in range(kh) for q in range(kw)], axis=3).reshape(2 * oh * ow, kh * kw * 3)
     columns = np.full((2 * oh * ow, kh * kw * 3), np.nan, np.float32)
     for first in range(0, 2 * oh * ow, 7):  # blocks of 7 output pixels, across rows and images
-        numba_conv.im2col_nhwc(columns[first:first + 7], x, first, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+        getattr(numba_conv, gather)(columns[first:first + 7], x, first, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
     np.testing.assert_array_equal(columns, expected)
 
 

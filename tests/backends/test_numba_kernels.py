@@ -19,7 +19,7 @@ from fxkit.backends.numba_launch import KernelCall
 from fxkit.backends.numba_math import erf32, exp32, exp_nonpositive32, maximum, minimum, tanh32
 from fxkit.codegen import numba_kernel
 from fxkit.codegen.block import CodeBlock
-from fxkit.codegen.numba_kernel import PARALLEL_MIN, PARALLEL_MIN_STREAMING, elementwise_kernel
+from fxkit.codegen.numba_kernel import PARALLEL_MIN, PARALLEL_MIN_SHARED, PARALLEL_MIN_STREAMING, elementwise_kernel
 from fxkit.codegen.numba_reduction import row_kernel
 from fxkit.graph import Graph, GraphModule, Interpreter
 from fxkit.runtime.meta import TensorMeta
@@ -175,6 +175,17 @@ def test_only_a_kernel_calling_slow_functions_runs_on_the_pool_from_parallel_min
     for n, parallel in ((PARALLEL_MIN, slow), (PARALLEL_MIN_STREAMING, True), (PARALLEL_MIN - 1, False)):
         source = elementwise_kernel(_unary_group(op), [TensorMeta((n,), dtype)]).source
         assert ("parallel=True" in source) is parallel, (op.name, dtype.name, n)
+
+
+@pytest.mark.parametrize("op, dtype, slow", [(ops.relu, fxkit.float32, False), (ops.gelu, fxkit.float32, True)])
+def test_with_blas_on_the_pool_a_slow_kernel_goes_parallel_from_parallel_min_shared(op, dtype, slow):
+    """When numpy's BLAS shares numba's threads they are awake after each product: slow kernels of
+    PARALLEL_MIN_SHARED elements pay for the launch; streaming ones keep their threshold."""
+    assert PARALLEL_MIN_SHARED < PARALLEL_MIN
+    for n, parallel in ((PARALLEL_MIN_SHARED, slow), (PARALLEL_MIN_SHARED - 1, False), (PARALLEL_MIN, slow),
+                        (PARALLEL_MIN_STREAMING, True)):
+        source = elementwise_kernel(_unary_group(op), [TensorMeta((n,), dtype)], pool_shared=True).source
+        assert ("parallel=True" in source) is parallel, (op.name, n)
 
 
 def test_a_parallel_nest_runs_vectorisable_loops_on_slices():
