@@ -16,7 +16,9 @@ OpenBLAS 0.3.27+ takes a threading callback
 hands the caller ``numjobs`` jobs, and `_callback`, a numba ``cfunc``, runs
 them with ``prange`` on numba's OpenMP threads, one job per thread (as many
 threads as OpenBLAS asked for, so ``threadpoolctl`` limits still hold).
-OpenBLAS computes exactly what its own pool would; only the threads differ.
+OpenBLAS computes exactly what its own pool would; only the threads differ. The
+jobs of concurrent calls would share OpenBLAS's packing buffers, so `_callback`
+runs one call's jobs at a time (threads multiplying at once wait their turn).
 
 `share_blas_threads` installs it once, before numba's pool starts (the numba
 backend, the numba int8 engine and SGD's fused update call it), in every
