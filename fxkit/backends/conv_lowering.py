@@ -213,14 +213,16 @@ class Im2colConv(_ChannelsLast):
     padded input, a block of whole images at a time: numba's loop over one channel per tap took 0.30 ms
     for LeNet's first conv at batch 8 where numpy's copy took 0.12 ms."""
 
-    __slots__ = ("pads", "stride", "dilation", "_padded")
+    __slots__ = ("pads", "stride", "dilation", "_padded", "_gather")
 
     def __init__(self, name, out_meta, pads, stride, dilation):
         super().__init__(name, out_meta)
         from fxkit.backends import numba_conv  # NOTE: numba loads only when an im2col conv is lowered
+        from fxkit.runtime.blas_threads import share_blas_threads
 
         self.pads, self.stride, self.dilation = pads, stride, dilation
         self._padded = []
+        self._gather = numba_conv.im2col_nhwc_parallel if share_blas_threads() else numba_conv.im2col_nhwc
         numba_conv.warm_im2col(self.dtype)
 
     def __call__(self, x, weight, bias=None, *geometry):
@@ -246,10 +248,6 @@ class Im2colConv(_ChannelsLast):
 
     def _pixel_blocks(self, rows, kh, kw):
         """``(first output pixel, columns)`` for each block of `COLUMN_BLOCK_BYTES`, gathered by numba."""
-        from fxkit.backends.numba_conv import im2col_nhwc, im2col_nhwc_parallel
-        from fxkit.runtime.blas_threads import share_blas_threads
-
-        gather = im2col_nhwc_parallel if share_blas_threads() else im2col_nhwc
         _, oh, ow, _ = self.shape
         (pt, _), (pl, _) = self.pads
         taps, pixels = kh * kw * rows.shape[3], rows.shape[0] * oh * ow
@@ -257,7 +255,7 @@ class Im2colConv(_ChannelsLast):
         columns = scratch((block, taps), rows.dtype)
         for first in range(0, pixels, block):
             count = min(block, pixels - first)
-            gather(columns[:count], rows, first, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
+            self._gather(columns[:count], rows, first, oh, ow, kh, kw, *self.stride, pt, pl, *self.dilation)
             yield first, columns[:count]
 
     def _image_blocks(self, rows, kh, kw):

@@ -174,28 +174,29 @@ def _write_panel(acc, count, n0, n1, constant, w_zp, row_sums, m0, n_out, multip
             for j in range(width):
                 total = np.int32(np.int64(acc[r, j]) + constant[j] - w_zp[j] * row_sum)
                 dequantized[j] = min(max(np.float64(total) * factor[j], low), high)
-            if direct:
-                for j in range(width):
-                    out[at + j] = dequantized[j]
-            else:
-                for j in range(width):
-                    block[r, j] = dequantized[j]
+            _store_row(dequantized, direct, out, at, block, r)
         else:
             for j in range(width):
                 total = np.int32(np.int64(acc[r, j]) + constant[j] - w_zp[j] * row_sum)
                 requantized[j] = requantize(total, multiplier[j], left[j], right[j], output_zero_point, low, high)
-            if direct:
-                for j in range(width):
-                    out[at + j] = requantized[j]
-            else:
-                for j in range(width):
-                    block[r, j] = requantized[j]
+            _store_row(requantized, direct, out, at, block, r)
     if not direct:
         for r in range(count):
             m = m0 + r
             at = (m // pixels) * n_out * pixels + m % pixels + n0 * pixels
             for j in range(width):
                 out[at + j * pixels] = block[r, j]
+
+
+@numba.njit(inline="always", **_JIT)
+def _store_row(values, direct, out, at, block, r):
+    """One row's results: into the flat ``out`` from ``at`` (``direct``), else into ``block[r]``."""
+    if direct:
+        for j in range(values.shape[0]):
+            out[at + j] = values[j]
+    else:
+        for j in range(values.shape[0]):
+            block[r, j] = values[j]
 
 
 @numba.njit(inline="always", **_JIT)
