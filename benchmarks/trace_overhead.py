@@ -1,7 +1,7 @@
 """Tracing and generated-code figures of issue 3, with torch.fx as the peer, in one run.
 
-    python benchmarks/trace.py            # full run
-    python benchmarks/trace.py --quick    # fewer repeats
+    python benchmarks/trace_overhead.py            # full run
+    python benchmarks/trace_overhead.py --quick    # fewer repeats
 
 Figures:
 - ``symbolic_trace`` of ResNet-50 (fxkit's zoo model and the same architecture in

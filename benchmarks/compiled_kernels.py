@@ -1,7 +1,7 @@
 """Compiled kernels against numpy, fxkit eager, PyTorch eager and torch.compile, in one run.
 
-    python benchmarks/kernels.py            # full run (a few minutes: torch.compile compiles)
-    python benchmarks/kernels.py --quick    # fewer repeats, no torch.compile
+    python benchmarks/compiled_kernels.py            # full run (a few minutes: torch.compile compiles)
+    python benchmarks/compiled_kernels.py --quick    # fewer repeats, no torch.compile
 
 Figures (issue 5):
 - the seed's chain ``x = x * x`` ten times, float32, at 5, 1e4, 1e6 and 16e6 elements:
