@@ -16,7 +16,8 @@ from fxkit.runtime.ops.batch_last_columns import (batch_last_columns, batch_last
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
-from fxkit.runtime.ops.indexing import _along, _check_bounds, along_layout, getitem, torch_index
+from fxkit.runtime.ops.indexing import (FLAT_INDEX_MIN, _along, _check_bounds, along_layout, flat_along, getitem,
+                                       torch_index)
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
 
 
@@ -59,8 +60,22 @@ def scatter_add(xp, input, dim, index, src):  # noqa: A002
         input, index, src = input.reshape(-1), index.reshape(-1), src.reshape(-1)
     _check_bounds("scatter_add", index, d, input.shape[d])
     out = input.copy()
-    add_at(xp, out, _along(xp, index, d), src[tuple(slice(0, s) for s in index.shape)])
+    values = src[tuple(slice(0, s) for s in index.shape)]
+    if xp.__name__ == "numpy" and out.dtype.kind == "f" and _sums_by_count(index.size, out.size):
+        # NOTE: each position's sum in float64, rounded once into its dtype: sequential float32 adds
+        # (add.at, PyTorch's loop) round at every step, so theirs may differ from it in the last bits.
+        sums = xp.bincount(flat_along(xp, index, d, out.shape).reshape(-1), values.reshape(-1), out.size)
+        xp.add(out, sums.reshape(out.shape), out=out, casting="unsafe")
+        return out.reshape(shape)
+    add_at(xp, out, _along(xp, index, d), values)
     return out.reshape(shape)
+
+
+def _sums_by_count(picks, size):
+    """Whether ``picks`` additions into ``size`` floats go faster as one weighted ``bincount`` over all of
+    them than through ``add.at``: add.at costs ~8 ns an addition, bincount ~1 ns a result
+    (max pool 3x3/2's backward, 131k picks into 524k: add.at 1.0 ms, bincount 0.32 ms)."""
+    return picks >= FLAT_INDEX_MIN and picks * 8 >= size
 
 
 def _index_add_layout(a, dim, index, source):

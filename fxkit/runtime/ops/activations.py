@@ -10,6 +10,7 @@ integers to float32 like ``gelu``. NaN propagates through all of them.
 from fxkit.errors import DTypeError
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.elementwise_unary import _in_place_steps, _store_if_inplace
+from fxkit.runtime.ops.scalar_bounds import maximum_of, minimum_of
 
 # mish: tanh(log1p(exp(x))) is 1.0 in float64 once x > 20 (the error is 8e-18), so exp's
 # argument is capped there: the same values without overflowing exp for large x.
@@ -28,10 +29,10 @@ def relu6(xp, input, inplace=False):  # noqa: A002
         raise DTypeError("relu6: bool inputs are not supported (PyTorch's hardtanh has no bool kernel); "
                          "cast with .float() or .int() first")
     if inplace:
-        xp.maximum(input, 0, out=input)
-        return xp.minimum(input, 6, out=input)
-    out = xp.maximum(input, 0)
-    return xp.minimum(out, 6, out=out) if out.ndim else xp.minimum(out, 6)
+        maximum_of(xp, input, 0, out=input)
+        return minimum_of(xp, input, 6, out=input)
+    out = maximum_of(xp, input, 0)
+    return minimum_of(xp, out, 6, out=out) if out.ndim else xp.minimum(out, 6)
 
 
 @op("hardsigmoid", kind="elementwise", promote="float", method=False,
@@ -45,8 +46,8 @@ def hardsigmoid(xp, input, inplace=False):  # noqa: A002
         tensor([0.0000, 0.5000, 1.0000])
     """
     out = input + 3.0
-    xp.maximum(out, 0.0, out=out)
-    xp.minimum(out, 6.0, out=out)
+    maximum_of(xp, out, 0.0, out=out)
+    minimum_of(xp, out, 6.0, out=out)
     out /= 6.0
     return _store_if_inplace(input, out, inplace)
 
@@ -62,8 +63,8 @@ def hardswish(xp, input, inplace=False):  # noqa: A002
         tensor([-0.0000, 0.6667, 4.0000])
     """
     out = input + 3.0
-    xp.maximum(out, 0.0, out=out)
-    xp.minimum(out, 6.0, out=out)
+    maximum_of(xp, out, 0.0, out=out)
+    minimum_of(xp, out, 6.0, out=out)
     out *= input
     out /= 6.0
     return _store_if_inplace(input, out, inplace)
@@ -79,7 +80,7 @@ def mish(xp, input, inplace=False):  # noqa: A002
         >>> F.mish(fxkit.tensor([1.0]))
         tensor([0.8651])
     """
-    out = xp.minimum(input, _MISH_CAP)
+    out = minimum_of(xp, input, _MISH_CAP)
     xp.exp(out, out=out)
     xp.log1p(out, out=out)
     xp.tanh(out, out=out)

@@ -21,6 +21,7 @@ from fxkit.runtime.op import op
 from fxkit.runtime.ops import intrinsics
 from fxkit.runtime.ops.elementwise_binary import promoted_meta
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, scalar
+from fxkit.runtime.ops.scalar_bounds import maximum_of, minimum_of
 
 _SQRT1_2 = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -155,8 +156,8 @@ def relu(xp, input, inplace=False):  # noqa: A002
     writes into ``a`` like ``F.relu(x, inplace=True)``."""
     # NOTE: False, not 0: numpy would turn a bool tensor and the Python int 0 into int64.
     if inplace:
-        return xp.maximum(input, False, out=input)
-    return xp.maximum(input, False)
+        return maximum_of(xp, input, False, out=input)
+    return maximum_of(xp, input, False)
 
 
 @op("leaky_relu", kind="elementwise", promote="float", template="where(a > 0, a, a * negative_slope)")
@@ -330,12 +331,12 @@ def clamp(xp, input, min=None, max=None):  # noqa: A002
     if min is not None and max is not None and input.size >= _CLIP_SIZE and input.dtype.kind != BFLOAT16_KIND:
         return xp.clip(input, min, max)
     if min is None:
-        return xp.minimum(input, max)
-    out = xp.maximum(input, min)
+        return xp.minimum(input, max) if hasattr(max, "shape") else minimum_of(xp, input, max)
+    out = xp.maximum(input, min) if hasattr(min, "shape") else maximum_of(xp, input, min)
     if max is None:
         return out
     if out.ndim and not hasattr(max, "shape"):  # a number: update the buffer in place
-        return xp.minimum(out, max, out=out)
+        return minimum_of(xp, out, max, out=out)
     return xp.minimum(out, max)
 
 

@@ -272,6 +272,32 @@ def _along(xp, index, d):
                  for i in range(ndim))
 
 
+FLAT_INDEX_MIN = 2048
+"""Indices from which `flat_along` pays: on (32, 32, 64) planes with 16 picks each, a scatter
+through the open mesh of `_along` took 53 us, through one flat index 25 us (a gather 50 -> 17);
+below ~1000 picks the flat index's own arithmetic costs more than it saves."""
+
+
+def flat_along(xp, index, d, shape):
+    """The flat positions, in a C-contiguous array of ``shape``, that ``index`` names along ``d``
+    (every other coordinate its own): what `_along` names, as one integer array of ``index``'s shape.
+
+    numpy indexes with one integer array several times faster than with an open mesh of ``ndim``
+    arrays it must broadcast (max pool's backward scatters a gradient this way)."""
+    index_shape = index.shape
+    if d > 1 and tuple(index.shape[:d]) == tuple(shape[:d]):  # the leading dims walk like one
+        lead = math.prod(shape[:d])
+        index, shape, d = index.reshape((lead,) + tuple(index.shape[d:])), (lead,) + tuple(shape[d:]), 1
+    strides = [1] * index.ndim
+    for i in range(index.ndim - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    flat = index * strides[d] if strides[d] != 1 else index.astype(xp.intp, copy=True)
+    for i, n in enumerate(index.shape):
+        if i != d and n > 1:
+            flat += (xp.arange(n) * strides[i]).reshape((-1,) + (1,) * (index.ndim - 1 - i))
+    return flat.reshape(index_shape)
+
+
 def _gather_rule(input, dim, index):  # noqa: A002
     along_layout("gather", tuple(input.shape), dim, index)
     return TensorMeta(tuple(index.shape), input.dtype, input.device)
@@ -285,6 +311,8 @@ def gather(xp, input, dim, index):  # noqa: A002
     if input.ndim == 0 or index.ndim == 0:
         input, index = input.reshape(-1), index.reshape(-1)
     _check_bounds("gather", index, d, input.shape[d])
+    if index.size >= FLAT_INDEX_MIN:
+        return xp.take(xp.ascontiguousarray(input).reshape(-1), flat_along(xp, index, d, input.shape))
     return input[_along(xp, index, d)].reshape(shape)
 
 
@@ -337,6 +365,9 @@ def scatter(xp, input, dim, index, src=None, value=None, reduce=None):  # noqa: 
     _check_bounds("scatter", index, d, input.shape[d])
     out = input.copy()
     fill = value if src is None else src[tuple(slice(0, s) for s in index.shape)]
+    if reduce is None and index.size >= FLAT_INDEX_MIN:
+        out.reshape(-1)[flat_along(xp, index, d, out.shape)] = fill
+        return out.reshape(shape)
     where = _along(xp, index, d)
     if reduce is None:
         out[where] = fill
