@@ -40,11 +40,14 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.device import device_of_array
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import Op
+from fxkit.runtime.ops.scalar_bounds import maximum_of, minimum_of
 from fxkit.runtime.tensor import Tensor
 
 _LOAD = ast.Load()
 _STORE = ast.Store()
 _MODULE_NAMES = {"numpy": "np", "cupy": "cp"}
+# Ufunc forms of one array and a number run through these (see `fxkit.runtime.ops.scalar_bounds`).
+_AGAINST_A_NUMBER = {"maximum": maximum_of, "minimum": minimum_of}
 
 
 def generate_array_code(nodes, attributes, ufuncs=None, buffers=None, xp=np, calls=None):
@@ -170,6 +173,10 @@ class _ArrayEmitter(_Emitter):
             call_args = args[:inputs] + [self.expr(e) for e in extra]
             holder = self.buffers.get(node)
             out = [ast.keyword("out", self.load(self.names[id(holder)]), **self.pos)] if holder is not None else []
+            bounded = _AGAINST_A_NUMBER.get(ufunc) if inputs == 1 and extra else None
+            if bounded is not None:  # relu: numpy's loop against a broadcast number is not vectorised
+                module = self.global_name(self.xp, self.module_name)
+                return ast.Call(self.global_name(bounded, bounded.__name__), [module] + call_args, out, **self.pos)
             function = self.global_name(getattr(self.xp, ufunc), f"{self.module_name}_{ufunc}")
             return ast.Call(function, call_args, out, **self.pos)
         kwargs = dict(node.kwargs)

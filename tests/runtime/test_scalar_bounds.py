@@ -56,11 +56,37 @@ def test_bounds_match_numpy_with_the_number_bit_for_bit(dtype, n, value, which, 
     np.testing.assert_array_equal(_bits(got), _bits(expected))
 
 
-def test_a_strided_input_keeps_its_layout_and_values():
-    a = np.random.default_rng(0).standard_normal((64, 2 * _MIN_SIZE // 64)).astype(np.float32).T
-    got = maximum_of(np, a, 0)
-    np.testing.assert_array_equal(got, np.maximum(a, 0))
-    assert got.strides == np.maximum(a, 0).strides
+@pytest.mark.parametrize("size", [2 * _MIN_SIZE, 25088, 2 * _MIN_SIZE + 8], ids=["rows-of-4096", "rows-of-512", "no-rows"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels-last", "transposed"])
+@pytest.mark.parametrize("where", ["new", "in-place", "other-out"])
+def test_every_layout_and_output_gives_numpys_bits(size, layout, where, rng):
+    flat = rng.standard_normal(size).astype(np.float32)
+    flat[:3] = [np.nan, -0.0, -np.inf]
+    if layout == "contiguous":
+        a = flat.reshape(1, -1)
+    elif layout == "channels-last":  # NCHW shape over NHWC memory, as the numba backend's convs leave it
+        a = flat.reshape(1, size // 8, 8, 1).transpose(0, 2, 3, 1)
+    else:
+        a = flat.reshape(-1, 1).T
+    expected = np.maximum(a, False)
+    if where == "new":
+        got = maximum_of(np, a, False)
+        assert got.strides == expected.strides
+    elif where == "in-place":
+        got = a.copy(order="K")
+        assert maximum_of(np, got, False, out=got) is got
+    else:
+        got = np.empty(a.shape, np.float32)
+        assert maximum_of(np, a, False, out=got) is got
+    np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
+def test_the_compiled_numpy_backend_runs_relu_through_it(rng):
+    x = fxkit.from_numpy(rng.standard_normal((2, 8, 32, 32)).astype(np.float32))
+    model = fxkit.nn.Sequential(fxkit.nn.Conv2d(8, 8, 3, padding=1), fxkit.nn.ReLU())
+    compiled = fxkit.compile(model, backend="numpy", example_inputs=[x])
+    assert "maximum_of(np, " in compiled.code, compiled.code
+    np.testing.assert_allclose(compiled(x).numpy(), np.maximum(model(x).numpy(), 0), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["relu", "relu6", "hardsigmoid", "hardswish", "clamp_min", "clamp_max"])
