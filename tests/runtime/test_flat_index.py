@@ -30,11 +30,11 @@ def _mesh(index, dim):
 
 
 @settings(max_examples=40, deadline=None)
-@given(layout=layouts(), seed=st.integers(0, 2**32 - 1), negative_dim=st.booleans())
-def test_gather_and_scatter_pick_what_numpy_picks(layout, seed, negative_dim):
+@given(layout=layouts(), seed=st.integers(0, 2**32 - 1), negative_dim=st.booleans(), order=st.sampled_from("CF"))
+def test_gather_and_scatter_pick_what_numpy_picks(layout, seed, negative_dim, order):
     shape, index_shape, dim = layout
     rng = np.random.default_rng(seed)
-    a = rng.standard_normal(shape).astype(np.float32)
+    a = np.asarray(rng.standard_normal(shape).astype(np.float32), order=order)  # F: gather keeps the mesh
     index = rng.integers(0, shape[dim], index_shape)
     d = dim - len(shape) if negative_dim else dim
     got = fxkit.gather(fxkit.from_numpy(a), d, fxkit.from_numpy(index)).numpy()

@@ -311,8 +311,8 @@ def gather(xp, input, dim, index):  # noqa: A002
     if input.ndim == 0 or index.ndim == 0:
         input, index = input.reshape(-1), index.reshape(-1)
     _check_bounds("gather", index, d, input.shape[d])
-    if index.size >= FLAT_INDEX_MIN:
-        return xp.take(xp.ascontiguousarray(input).reshape(-1), flat_along(xp, index, d, input.shape))
+    if index.size >= FLAT_INDEX_MIN and input.flags.c_contiguous:
+        return xp.take(input.reshape(-1), flat_along(xp, index, d, input.shape))
     return input[_along(xp, index, d)].reshape(shape)
 
 

@@ -43,9 +43,9 @@ def _bounded(xp, ufunc, a, value, out):
         row = _row(a.dtype, np.full((), value, a.dtype).tobytes())[:length]
         ufunc(a.reshape(-1, length), row, out=target.reshape(-1, length))
         return target
-    bound = np.empty_like(a) if out is None or out is a else out
+    bound = np.empty_like(a) if target is a else target
     bound.fill(value)
-    return ufunc(a, bound, out=bound if out is None else out)
+    return ufunc(a, bound, out=target)
 
 
 @functools.lru_cache(maxsize=64)
