@@ -43,8 +43,8 @@ def test_gather_and_scatter_pick_what_numpy_picks(layout, seed, negative_dim, or
     # input long enough along dim to hold every one
     long = shape[:dim] + (max(shape[dim], index_shape[dim]),) + shape[dim + 1:]
     b = rng.standard_normal(long).astype(np.float32)
-    order = np.argsort(rng.random(index_shape[:dim] + (long[dim],) + index_shape[dim + 1:]), axis=dim)
-    unique = np.take(order, np.arange(index_shape[dim]), axis=dim)
+    shuffled = np.argsort(rng.random(index_shape[:dim] + (long[dim],) + index_shape[dim + 1:]), axis=dim)
+    unique = np.take(shuffled, np.arange(index_shape[dim]), axis=dim)
     src = rng.standard_normal(index_shape).astype(np.float32)
     expected = b.copy()
     expected[_mesh(unique, dim)] = src

@@ -331,8 +331,8 @@ def clamp(xp, input, min=None, max=None):  # noqa: A002
     if min is not None and max is not None and input.size >= _CLIP_SIZE and input.dtype.kind != BFLOAT16_KIND:
         return xp.clip(input, min, max)
     if min is None:
-        return xp.minimum(input, max) if hasattr(max, "shape") else minimum_of(xp, input, max)
-    out = xp.maximum(input, min) if hasattr(min, "shape") else maximum_of(xp, input, min)
+        return minimum_of(xp, input, max)  # a tensor bound goes to numpy's call as it is
+    out = maximum_of(xp, input, min)
     if max is None:
         return out
     if out.ndim and not hasattr(max, "shape"):  # a number: update the buffer in place
