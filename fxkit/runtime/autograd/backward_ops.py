@@ -16,8 +16,8 @@ from fxkit.runtime.ops.batch_last_columns import (batch_last_columns, batch_last
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
-from fxkit.runtime.ops.indexing import (FLAT_INDEX_MIN, _along, _check_bounds, along_layout, flat_along, getitem,
-                                       torch_index)
+from fxkit.runtime.ops.indexing import (FLAT_INDEX_MIN, _along, _check_bounds, along_layout, as_rows, flat_along,
+                                       getitem, rows_fit, torch_index)
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
 
 
@@ -61,6 +61,12 @@ def scatter_add(xp, input, dim, index, src):  # noqa: A002
     _check_bounds("scatter_add", index, d, input.shape[d])
     out = input.copy()
     values = src[tuple(slice(0, s) for s in index.shape)]
+    if rows_fit(xp, out, d, index, values):
+        from fxkit.runtime.ops.pool_loops import scatter_add_rows  # NOTE: numba loads at the first large scatter
+
+        # the same sums as below, in one pass: float64 where bincount would run, else in order as add.at
+        scatter_add_rows(*as_rows(out, index, values), _sums_by_count(index.size, out.size))
+        return out.reshape(shape)
     if xp.__name__ == "numpy" and out.dtype.kind == "f" and _sums_by_count(index.size, out.size):
         # NOTE: each position's sum in float64, rounded once into its dtype: sequential float32 adds
         # (add.at, PyTorch's loop) round at every step, so theirs may differ from it in the last bits.

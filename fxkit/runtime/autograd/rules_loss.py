@@ -1,8 +1,8 @@
 """Derivative rules of the losses: nll_loss, cross_entropy, mse_loss.
 
 Class-index losses send ``-w[target] * g`` to each target's log-probability
-(scattered into zeros), with 'mean' dividing by the summed weights of the
-counted targets as the forward does; cross_entropy adds label smoothing's
+(nll_loss by one op, ``nll_loss_backward``; cross_entropy scatters into zeros), with 'mean' dividing
+by the summed weights of the counted targets as the forward does; cross_entropy adds label smoothing's
 share to every class and goes back through log_softmax. Class weights and
 class-index targets have no gradient (as in PyTorch).
 """
@@ -11,6 +11,7 @@ from fxkit.runtime.ops.loss_ops import _reduction
 from fxkit.runtime.registry import get_op
 
 _log_softmax = get_op("log_softmax")
+_nll_loss_backward = get_op("nll_loss_backward")
 _where = get_op("where")
 _zeros = get_op("zeros")
 
@@ -47,9 +48,7 @@ def _nll_logp_grad(scale, w_t, safe, shape, cdim, like):
 def _nll_loss(ctx, g, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
               reduction="mean"):
     reduction = _reduction("nll_loss", size_average, reduce, reduction)
-    cdim = _class_dim(input)
-    scale, w_t, _, safe = _per_target(g, target, weight, ignore_index, reduction, g.dtype)
-    return _nll_logp_grad(scale, w_t, safe, tuple(input.shape), cdim, g)
+    return _nll_loss_backward(g, target, tuple(input.shape), weight, ignore_index, reduction)
 
 
 def _class_weights(weight, logp, cdim):

@@ -16,6 +16,7 @@ from fxkit.runtime import dtypes as _dt
 from fxkit.runtime.meta import TensorMeta, broadcast_shapes
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.dims import int_arg, normalize_dim
+from fxkit.runtime.ops.loop_gate import loops_fit
 from fxkit.runtime.tensor import Tensor
 
 _INT_CATEGORY = 1
@@ -298,6 +299,21 @@ def flat_along(xp, index, d, shape):
     return flat.reshape(index_shape)
 
 
+def rows_fit(xp, out, d, index, values):
+    """Whether a scatter of ``values`` into ``out`` along ``d`` by ``index`` runs as `pool_loops`' row loop:
+    along the last dim, one index row for each row of ``out`` (max pool's backward), ``values`` of the
+    index's shape, int64 indices, and arrays `loop_gate.loops_fit` lets run."""
+    return (d == out.ndim - 1 and out.ndim >= 2 and index.size >= FLAT_INDEX_MIN and index.dtype == np.int64
+            and tuple(index.shape[:-1]) == tuple(out.shape[:-1]) and tuple(values.shape) == tuple(index.shape)
+            and out.flags.c_contiguous and loops_fit(xp, out, values))
+
+
+def as_rows(out, index, values):
+    """``out`` (C-contiguous), ``index`` and ``values`` as the 2-D rows `pool_loops`' scatters take."""
+    length, picks = out.shape[-1], index.shape[-1]
+    return out.reshape(-1, length), index.reshape(-1, picks), values.reshape(-1, picks)
+
+
 def _gather_rule(input, dim, index):  # noqa: A002
     along_layout("gather", tuple(input.shape), dim, index)
     return TensorMeta(tuple(index.shape), input.dtype, input.device)
@@ -365,6 +381,11 @@ def scatter(xp, input, dim, index, src=None, value=None, reduce=None):  # noqa: 
     _check_bounds("scatter", index, d, input.shape[d])
     out = input.copy()
     fill = value if src is None else src[tuple(slice(0, s) for s in index.shape)]
+    if reduce is None and src is not None and rows_fit(xp, out, d, index, fill):
+        from fxkit.runtime.ops.pool_loops import scatter_rows  # NOTE: numba loads at the first large scatter
+
+        scatter_rows(*as_rows(out, index, fill))
+        return out.reshape(shape)
     if reduce is None and index.size >= FLAT_INDEX_MIN:
         out.reshape(-1)[flat_along(xp, index, d, out.shape)] = fill
         return out.reshape(shape)

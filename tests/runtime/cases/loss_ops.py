@@ -101,6 +101,48 @@ case("nll_loss", lambda r: ((randf(r, 6, 4), randi(r, 6, low=0, high=4)), {"redu
 case("nll_loss", lambda r: ((randf(r, 6, 4), randi(r, 6, low=0, high=4), None, False), {}),
      lambda x, t, w, size_average: nll_loss_ref(x, t, reduction="sum"), id="legacy_size_average_false", **TOL)
 
+case("nll_loss", lambda r: ((randf(r, 5), np.array(2)), {"ignore_index": 2}), nll_loss_ref,
+     id="unbatched_all_ignored_nan")
+
+
+# -- nll_loss_backward ----------------------------------------------------
+def nll_loss_backward_ref(g, target, input_shape, weight=None, ignore_index=-100, reduction="mean"):
+    """-w[t] * g at each counted target's class (over the summed weights for 'mean'), zero elsewhere and
+    at ignored targets, in float64."""
+    cdim = 0 if len(input_shape) == 1 else 1
+    classes = input_shape[cdim]
+    w = np.ones(classes) if weight is None else weight.astype(np.float64)
+    counted = target != ignore_index
+    safe = np.where(counted, target, 0)
+    wt = w[safe] * counted
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = g / wt.sum() if reduction == "mean" else g
+        per = np.where(counted, -(scale * wt), 0.0)
+    onehot = np.eye(classes)[safe] * per[..., None]
+    return np.moveaxis(onehot, -1, cdim).astype(g.dtype)
+
+
+def _grad(r, *shape, dtype=np.float32):
+    """A loss's gradient: an array even when 0-d."""
+    return np.asarray(randf(r, *shape, dtype=dtype))
+
+
+for _reduction in ("mean", "sum", "none"):
+    case("nll_loss_backward", lambda r, red=_reduction: (
+        (_grad(r, *((6,) if red == "none" else ())), randi(r, 6, low=0, high=4), (6, 4)), {"reduction": red}),
+        nll_loss_backward_ref, id=f"NC_{_reduction}", **TOL)
+    case("nll_loss_backward", lambda r, red=_reduction: (
+        (_grad(r, *((2, 3, 5) if red == "none" else ())), _ignored(randi(r, 2, 3, 5, low=0, high=4)), (2, 4, 3, 5)),
+        {"reduction": red, "weight": randpos(r, 4)}), nll_loss_backward_ref, id=f"NCd_ignore_weight_{_reduction}",
+        **TOL)
+case("nll_loss_backward", lambda r: ((_grad(r), np.array(3), (5,)), {}), nll_loss_backward_ref, id="unbatched", **TOL)
+case("nll_loss_backward", lambda r: ((_grad(r), np.full(3, 1), (3, 4)), {"ignore_index": 1}), nll_loss_backward_ref,
+     id="all_ignored_zero")
+case("nll_loss_backward", lambda r: ((_grad(r, dtype=np.float64), randi(r, 6, low=0, high=4), (6, 4)),
+                                     {"weight": randpos(r, 4, dtype=np.float64)}), nll_loss_backward_ref,
+     id="float64")
+
+
 # -- cross_entropy --------------------------------------------------------
 for _ref, _tag in ((cross_entropy_ref, ""), (_torch_f("cross_entropy"), "_torch")):
     for _reduction in ("mean", "sum", "none"):
