@@ -3,7 +3,7 @@ conv2d, conv3d, conv_transpose2d and conv2d_weight_grad over random geometries, 
 float64 definitions, on both sides of every switch between the batch-last and plain paths."""
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import fxkit
 from fxkit.runtime.ops.batch_last_columns import SHORT_ROW
@@ -116,3 +116,27 @@ def test_results_never_share_scratch_memory(rng, call):
     kept = first.numpy().copy()
     call(fxkit.from_numpy(rng.standard_normal((1, 4, 4, 4)).astype(np.float32)))
     np.testing.assert_array_equal(first.numpy(), kept)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(g=geometries(), seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.float32, np.float64]))
+def test_col2im_loop_gives_the_tap_adds_bits(monkeypatch, g, seed, dtype):
+    # NOTE: the patches are the same for every example (the fixture is not reset between them).
+    from fxkit.runtime.ops import col2im_loop, loop_gate
+
+    rng = np.random.default_rng(seed)
+    assume(g["size"][0] * g["size"][1] < 256)  # maps small enough for the batch-last col2im
+    x = rng.standard_normal((g["n"], g["cg"] * g["groups"]) + g["size"]).astype(dtype)
+    x[0, 0, 0, 0] = -0.0
+    w = rng.standard_normal((g["cg"] * g["groups"], g["ocg"]) + g["kernel"]).astype(dtype)
+    args = dict(stride=g["stride"], padding=g["padding"], groups=g["groups"], dilation=g["dilation"])
+    assume(all((size - 1) * s - 2 * p + d * (k - 1) + 1 >= 1 for size, s, p, d, k in
+               zip(g["size"], g["stride"], g["padding"], g["dilation"], g["kernel"])))
+    calls, loop = [], col2im_loop.col2im_nchw
+    monkeypatch.setattr(col2im_loop, "col2im_nchw", lambda *a: calls.append(1) or loop(*a))
+    monkeypatch.setattr(loop_gate, "LOOP_MIN", 2**62)
+    expected = fxkit.conv_transpose2d(fxkit.from_numpy(x), fxkit.from_numpy(w), **args).numpy()
+    monkeypatch.setattr(loop_gate, "LOOP_MIN", 1)
+    got = fxkit.conv_transpose2d(fxkit.from_numpy(x), fxkit.from_numpy(w), **args).numpy()
+    assert calls and got.dtype == dtype
+    np.testing.assert_array_equal(got.view(np.uint8), expected.view(np.uint8))

@@ -29,12 +29,14 @@ def _bits(a):
 
 @settings(max_examples=40, deadline=None)
 @given(dtype=st.sampled_from(DTYPES), n=st.integers(_MIN_ELEMENTS, 3 * _MIN_ELEMENTS), p=st.floats(0, 1),
-       other_kind=st.sampled_from(["array", "zero"]), seed=st.integers(0, 2**32 - 1))
+       other_kind=st.sampled_from(["array", "zero", "zero-first"]), seed=st.integers(0, 2**32 - 1))
 def test_bit_select_matches_numpy_where_bit_for_bit(dtype, n, p, other_kind, seed):
     rng = np.random.default_rng(seed)
     condition = rng.random(n) < p
     a = _values(rng, (n,), dtype)
     other = _values(rng, (n,), dtype) if other_kind == "array" else (0.0 if np.dtype(dtype).kind == "f" else 0)
+    if other_kind == "zero-first":  # where(c, 0, b): ReLU's gradient, PyTorch's threshold_backward
+        a, other = other, a
     got = bit_select(condition, a, other)
     expected = np.where(condition, a, other)
     assert got is not None and got.dtype == expected.dtype
@@ -66,7 +68,7 @@ def test_cases_outside_its_reach_are_left_to_numpy(case):
 
 
 def test_relu_gradient_is_zero_where_the_output_was_not_positive(rng):
-    # The ReLU backward is where(out > 0, g, 0): a random mask, the case the bit select is for.
+    # The ReLU backward is where(out <= 0, 0, g): a random mask, the case the bit select is for.
     x = fxkit.from_numpy(rng.standard_normal((8, 16, 32, 32)).astype(np.float32))
     x.requires_grad_(True)
     g = rng.standard_normal(tuple(x.shape)).astype(np.float32)

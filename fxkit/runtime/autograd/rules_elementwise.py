@@ -174,7 +174,8 @@ def _silu(ctx, g, input, inplace=False):  # noqa: A002
 
 @defgrad("relu", out=True, inplace_kw=True)
 def _relu(ctx, g, input, inplace=False):  # noqa: A002
-    return _where(ctx.out > 0, g, 0.0)
+    # NOTE: PyTorch's threshold_backward, where(out <= 0, 0, g): a NaN output passes its gradient on
+    return _where(ctx.out <= 0, 0.0, g)
 
 
 @defgrad("leaky_relu", saves=("input",), inplace_kw=True)
@@ -196,8 +197,8 @@ def _gelu(ctx, g, input, approximate="none"):  # noqa: A002
 
 @defgrad("relu6", saves=("input",), inplace_kw=True)
 def _relu6(ctx, g, input, inplace=False):  # noqa: A002
-    # NOTE: zero at both kinks, as PyTorch's hardtanh_backward (min < x < max)
-    return _where((input > 0) & (input < 6), g, 0.0)
+    # NOTE: zero at both kinks and beyond, as PyTorch's hardtanh_backward (x <= min or x >= max); NaN passes g on
+    return _where((input <= 0) | (input >= 6), 0.0, g)
 
 
 @defgrad("hardsigmoid", saves=("input",), inplace_kw=True)

@@ -13,6 +13,7 @@ callers lay their other operand out the same way, and products come out batch-la
 """
 import math
 
+from fxkit.runtime.ops.loop_gate import loops_fit
 from fxkit.runtime.ops.scratch import gathered, scratch
 
 # An NCHW row of the output at least this long keeps the plain gather: its runs are long
@@ -90,6 +91,12 @@ def col2im_batch_last(xp, x, wmat, out_channels, kernel, stride, padding, dilati
     xt = batch_last_input(xp, x, ((0, 0), (0, 0))).reshape(g, c // g, h * w * n)
     taps = xp.matmul(wmat, xt, out=scratch(xp, "batch-last product", (g, wmat.shape[1], h * w * n), x.dtype))
     taps = taps.reshape(out_channels, kh, kw, h, w, n)
+    if loops_fit(xp, taps):
+        from fxkit.runtime.ops.col2im_loop import col2im_nchw  # NOTE: numba loads at the first large col2im
+
+        out = xp.empty((n, out_channels, oh, ow), x.dtype) if out is None else out
+        col2im_nchw(taps, out, stride, padding, dilation)
+        return out
     sums = scratch(xp, "batch-last col2im", (out_channels, oh, ow, n), x.dtype)
     sums.fill(0)
     for i in range(kh):

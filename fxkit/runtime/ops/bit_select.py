@@ -18,26 +18,37 @@ _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
 def bit_select(condition, input, other):  # noqa: A002
     """``np.where(condition, input, other)`` by bit masks, or None when that does not apply.
 
-    Applies to numpy arrays of 2-, 4- or 8-byte items, of one shape with the condition, where
-    ``other`` is an array like ``input`` or a zero that ``input``'s dtype holds exactly as all
-    bits clear (``0``, ``0.0``; not ``-0.0``); ``where`` runs numpy's own otherwise.
+    Applies to numpy arrays of 2-, 4- or 8-byte items, of one shape with the condition, where the
+    two values are arrays of one dtype, or one is such an array and the other a zero its dtype holds
+    exactly as all bits clear (``0``, ``0.0``; not ``-0.0``); ``where`` runs numpy's own otherwise.
     """
-    if type(input) is not np.ndarray or type(condition) is not np.ndarray or input.size < _MIN_ELEMENTS:
+    if type(condition) is not np.ndarray:
         return None
-    bits = _BITS.get(input.dtype.itemsize)
-    if bits is None or input.dtype.kind not in "fiu" or condition.shape != input.shape:
-        return None
-    if type(other) is np.ndarray:
-        if other.dtype != input.dtype or other.shape != input.shape:
+    if type(input) is not np.ndarray and type(other) is np.ndarray:
+        # where(c, 0, b) (PyTorch's threshold_backward) picks b by the inverted mask
+        values, invert = other, True
+        if not _is_plain_zero(input, values.dtype):
             return None
-    elif not _is_plain_zero(other, input.dtype):
+    else:
+        values, invert = input, False
+    if type(values) is not np.ndarray or values.size < _MIN_ELEMENTS:
         return None
-    mask = np.empty(input.shape, bits)
+    bits = _BITS.get(values.dtype.itemsize)
+    if bits is None or values.dtype.kind not in "fiu" or condition.shape != values.shape:
+        return None
+    if not invert and type(other) is np.ndarray:
+        if other.dtype != values.dtype or other.shape != values.shape:
+            return None
+    elif not invert and not _is_plain_zero(other, values.dtype):
+        return None
+    mask = np.empty(values.shape, bits)
     np.negative(condition.view(np.int8), out=mask, casting="unsafe")  # True -> all ones, False -> 0
-    out = np.empty(input.shape, input.dtype)
+    if invert:
+        np.invert(mask, out=mask)
+    out = np.empty(values.shape, values.dtype)
     chosen = out.view(bits)
-    np.bitwise_and(input.view(bits), mask, out=chosen)
-    if type(other) is np.ndarray:
+    np.bitwise_and(values.view(bits), mask, out=chosen)
+    if not invert and type(other) is np.ndarray:
         np.invert(mask, out=mask)
         np.bitwise_and(other.view(bits), mask, out=mask)
         np.bitwise_or(chosen, mask, out=chosen)

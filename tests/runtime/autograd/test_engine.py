@@ -316,6 +316,19 @@ def test_rounding_ops_have_zero_gradients_like_torch(rng):
     np.testing.assert_array_equal(x.grad.numpy(), np.zeros(5))
 
 
+@pytest.mark.parametrize("name", ["relu", "relu6", "leaky_relu"])
+def test_relu_family_gradients_at_nan_kinks_and_bounds_match_torch(name):
+    """PyTorch's threshold/hardtanh backward zero a gradient only where the value is at or past a bound: a
+    NaN passes its gradient on."""
+    torch = pytest.importorskip("torch")
+    values = np.array([np.nan, -1.0, -0.0, 0.0, 0.5, 6.0, 7.0], np.float32)
+    x = fxkit.from_numpy(values.copy()).requires_grad_()
+    getattr(F, name)(x).backward(fxkit.ones(7))
+    t = torch.from_numpy(values.copy()).requires_grad_()
+    getattr(torch.nn.functional, name)(t).backward(torch.ones(7))
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+
+
 def test_a_short_training_loop_lowers_the_loss(rng):
     fxkit.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
