@@ -41,6 +41,10 @@ ALLOWED = {
     "to": ("Tensor.to is ATen's to.dtype(input, dtype, non_blocking, copy), to.device(input, device, dtype, ...) "
            "and to.other(input, other, ...), told apart by the first argument's type; fxkit's one op takes that "
            "argument in *args and dtype, device, copy, non_blocking by keyword"),
+    "nll_loss_backward": ("ATen's nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, "
+                          "total_weight) reads self only for its shape and takes the forward's summed weights; "
+                          "fxkit's op takes input_shape (the rule keeps no activation alive for it), sums the "
+                          "weights itself and takes reduction as a string, as nll_loss does"),
     "std": ("torch.std is ATen's std.dim(input, dim, unbiased, keepdim) and std.correction(input, dim, *, "
             "correction, keepdim) overloads; fxkit's one op takes std.dim's parameters and 'correction' by keyword"),
 }

@@ -61,6 +61,13 @@ def _batch_norm_training_backward(grad, x, weight=None, eps=1e-5):
         return torch.autograd.grad(F.batch_norm(x, None, None, w, b, training=True, eps=eps), (x, w, b), grad)
 
 
+def _nll_loss_backward(grad, target, input_shape, weight=None, ignore_index=-100, reduction="mean"):
+    x = torch.zeros(input_shape, dtype=grad.dtype, requires_grad=True)
+    with torch.enable_grad():
+        loss = F.nll_loss(x, target, weight, ignore_index=ignore_index, reduction=reduction)
+        return torch.autograd.grad(loss, x, grad)[0]
+
+
 def _layer_norm(x, normalized_shape, *args, **kwargs):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     return F.layer_norm(x, shape, *args, **kwargs)
@@ -84,6 +91,7 @@ TORCH_CALLS = {
         x, [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape), *args, **kwargs),
     "getitem_backward": _torch_adjoint,
     "batch_norm_training_backward": _batch_norm_training_backward,
+    "nll_loss_backward": _nll_loss_backward,
     "numpy_T": lambda a: a.T,
     # the op takes the weight's rank: a 5-D weight size is conv3d's weight gradient
     "conv2d_weight_grad": lambda x, weight_size, *args, **kwargs: (

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fxkit
+from fxkit.runtime.ops import loop_gate
 from fxkit.runtime.ops.bit_select import _MIN_ELEMENTS, bit_select
 
 DTYPES = [np.float16, np.float32, np.float64, np.int16, np.int32, np.int64]
@@ -29,15 +30,18 @@ def _bits(a):
 
 @settings(max_examples=40, deadline=None)
 @given(dtype=st.sampled_from(DTYPES), n=st.integers(_MIN_ELEMENTS, 3 * _MIN_ELEMENTS), p=st.floats(0, 1),
-       other_kind=st.sampled_from(["array", "zero", "zero-first"]), seed=st.integers(0, 2**32 - 1))
-def test_bit_select_matches_numpy_where_bit_for_bit(dtype, n, p, other_kind, seed):
+       other_kind=st.sampled_from(["array", "zero", "zero-first"]), seed=st.integers(0, 2**32 - 1),
+       loop=st.booleans())
+def test_bit_select_matches_numpy_where_bit_for_bit(dtype, n, p, other_kind, seed, loop):
     rng = np.random.default_rng(seed)
     condition = rng.random(n) < p
     a = _values(rng, (n,), dtype)
     other = _values(rng, (n,), dtype) if other_kind == "array" else (0.0 if np.dtype(dtype).kind == "f" else 0)
     if other_kind == "zero-first":  # where(c, 0, b): ReLU's gradient, PyTorch's threshold_backward
         a, other = other, a
-    got = bit_select(condition, a, other)
+    with pytest.MonkeyPatch.context() as patch:  # floats run the numba select, or the bit masks
+        patch.setattr(loop_gate, "LOOP_MIN", _MIN_ELEMENTS if loop else 2**62)
+        got = bit_select(condition, a, other)
     expected = np.where(condition, a, other)
     assert got is not None and got.dtype == expected.dtype
     np.testing.assert_array_equal(_bits(got), _bits(expected))

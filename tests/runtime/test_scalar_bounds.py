@@ -56,7 +56,8 @@ def test_bounds_match_numpy_with_the_number_bit_for_bit(dtype, n, value, which, 
     np.testing.assert_array_equal(_bits(got), _bits(expected))
 
 
-@pytest.mark.parametrize("size", [2 * _MIN_SIZE, 25088, 2 * _MIN_SIZE + 8], ids=["rows-of-4096", "rows-of-512", "no-rows"])
+@pytest.mark.parametrize("size", [4 * 16384, 2 * _MIN_SIZE, 25088, 2 * _MIN_SIZE + 8],
+                         ids=["rows-of-16384", "rows-of-8192", "rows-of-512", "no-rows"])
 @pytest.mark.parametrize("layout", ["contiguous", "channels-last", "transposed"])
 @pytest.mark.parametrize("where", ["new", "in-place", "other-out"])
 def test_every_layout_and_output_gives_numpys_bits(size, layout, where, rng):

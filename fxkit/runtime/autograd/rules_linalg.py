@@ -59,7 +59,9 @@ def _linear(ctx, g, input, weight, bias=None):  # noqa: A002
         gx = g.matmul(weight)
     if ctx.needs(weight):
         out_features, in_features = weight.shape
-        gw = g.reshape(-1, out_features).t().mm(input.reshape(-1, in_features))
+        # leading dims fold into the batch; 2-D ones already are (two dispatches saved)
+        rows = g if g.ndim == 2 else g.reshape(-1, out_features)
+        gw = rows.t().mm(input if input.ndim == 2 else input.reshape(-1, in_features))
     return gx, gw, g
 
 

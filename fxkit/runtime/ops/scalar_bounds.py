@@ -4,7 +4,7 @@ numpy's SIMD loops for ``maximum``/``minimum`` take two arrays; against a number
 (a broadcast scalar) they run element by element: ``maximum(x, 0)`` of a
 32x32x8x8 float32 took 21 us, of an 8x64x32x32 one 162 us. ReLU and its relatives
 (relu6, the hard activations, one-sided clamp, the compiled numpy backend's ReLU)
-meet their bounds as an array instead: a contiguous input as rows of 256 to 4096
+meet their bounds as an array instead: a contiguous input as rows of 256 to 16384
 elements against one cached row of the number (7 us for the first case, nothing
 allocated, so in place stays in place), any other layout against a copy of the
 number as large as the input (8 and 77 us). The result has the same bits as the
@@ -17,9 +17,11 @@ import numpy as np
 _MIN_SIZE = 4096
 """Below this many elements numpy's scalar loop is as fast as any of this."""
 
-_ROWS = (4096, 2048, 1024, 512, 256)
+_ROWS = (16384, 8192, 4096, 2048, 1024, 512, 256)
 """Row lengths a contiguous input is cut into, longest first: each row runs one vector loop
-against the cached row of the number, so rows shorter than this pay a call per few elements."""
+against the cached row of the number, so rows shorter than this pay a call per few elements.
+Rows of 16384 (64 KB of float32, in L2) beat 4096 by a third: ReLU of 32x32x8x8 6.8 -> 4.6 us,
+of 8x64x32x32 66 -> 49 us, as fast as against a full array of zeros."""
 
 _VECTOR_KINDS = frozenset("iuf")
 

@@ -44,13 +44,16 @@ def _softmax_rule(name):
 
 
 def _normalize(xp, a, axis, log):
-    """Softmax (or its log) of a non-empty array of at least one dim along ``axis``."""
-    out = xp.subtract(a, xp.amax(a, axis=axis, keepdims=True))
+    """Softmax (or its log) of a non-empty array of at least one dim along ``axis``.
+
+    The reductions are the arrays' methods: numpy's ``amax``/``sum`` functions add a Python-level
+    wrapper (~1.5 us each, a quarter of a small classifier's log_softmax) around the same reduction."""
+    out = xp.subtract(a, a.max(axis=axis, keepdims=True))
     if log:
-        out -= xp.log(xp.sum(xp.exp(out), axis=axis, keepdims=True))
+        out -= xp.log(xp.exp(out).sum(axis=axis, keepdims=True))
         return out
     xp.exp(out, out=out)
-    out /= xp.sum(out, axis=axis, keepdims=True)
+    out /= out.sum(axis=axis, keepdims=True)
     return out
 
 
