@@ -18,6 +18,7 @@ import numpy as np
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.loop_gate import loops_fit
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, shapes_differ, shown
 from fxkit.runtime.ops.norm_ops import channel_moments
 
@@ -80,7 +81,13 @@ def batch_norm_training_backward(xp, grad_output, input, weight=None, eps=1e-5):
     scale = invstd if weight is None else invstd * weight
     # scale * (g - mean(g) - xhat * mean(g * xhat)), xhat = centered * invstd, is per channel
     # scale * g + a * centered + b: written over ``centered``, one temporary (scale * g).
-    centered *= (-(scale * invstd) * (grad_weight / count))[:, None]
-    centered += (-scale * (grad_bias / count))[:, None]
+    a, b = -(scale * invstd) * (grad_weight / count), -scale * (grad_bias / count)
+    if loops_fit(xp, centered, g) and g.flags.c_contiguous and a.dtype == b.dtype == scale.dtype == dtype:
+        from fxkit.runtime.ops.channel_loops import centered_affine_plus_scaled  # NOTE: numba loads here first
+
+        centered_affine_plus_scaled(centered, a, b, g, scale)  # the three passes below in one
+        return centered.reshape(input.shape), grad_weight, grad_bias
+    centered *= a[:, None]
+    centered += b[:, None]
     centered += g * scale[:, None]
     return centered.reshape(input.shape), grad_weight, grad_bias

@@ -20,6 +20,7 @@ import numpy as np
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
+from fxkit.runtime.ops.loop_gate import loops_fit
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dims_differ, require_float, shapes_differ, shown, stat_dtype
 
@@ -156,8 +157,16 @@ def _channel_affine(xp, x, scale, shift, shape):
         return run_in_float32(_channel_affine, xp, x, scale, shift, shape)
     if x.dtype == xp.float16:
         return _channel_affine(xp, x.astype(xp.float32), scale, shift, shape).astype(xp.float16)
-    out = xp.multiply(x, scale.astype(x.dtype, copy=False).reshape(shape))
-    out += shift.astype(x.dtype, copy=False).reshape(shape)
+    scale, shift = scale.astype(x.dtype, copy=False), shift.astype(x.dtype, copy=False)
+    if len(shape) == x.ndim - 1 > 1 and x.flags.c_contiguous and loops_fit(xp, x):  # per channel: (C, 1, ...)
+        from fxkit.runtime.ops.channel_loops import channel_affine  # NOTE: numba loads at the first large one
+
+        out = xp.empty_like(x)
+        rows = (x.shape[0], x.shape[1], -1)
+        channel_affine(x.reshape(rows), scale, shift, out.reshape(rows))
+        return out
+    out = xp.multiply(x, scale.reshape(shape))
+    out += shift.reshape(shape)
     return out
 
 
