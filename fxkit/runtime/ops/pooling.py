@@ -21,9 +21,9 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.batch_last_columns import SHORT_ROW
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial, sliding_size
+from fxkit.runtime.ops.loop_gate import loops_fit
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, shown
-from fxkit.runtime.ops.loop_gate import loops_fit
 from fxkit.runtime.ops.scratch import scratch
 
 
