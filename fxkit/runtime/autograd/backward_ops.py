@@ -65,7 +65,7 @@ def scatter_add(xp, input, dim, index, src):  # noqa: A002
         from fxkit.runtime.ops.pool_loops import scatter_add_rows  # NOTE: numba loads at the first large scatter
 
         # the same sums as below, in one pass: float64 where bincount would run, else in order as add.at
-        scatter_add_rows(*as_rows(out, index, values), _sums_by_count(index.size, out.size))
+        scatter_add_rows(*as_rows(out, index, values), _sums_by_count(index.size, out.size))  # checked above
         return out.reshape(shape)
     if xp.__name__ == "numpy" and out.dtype.kind == "f" and _sums_by_count(index.size, out.size):
         # NOTE: each position's sum in float64, rounded once into its dtype: sequential float32 adds

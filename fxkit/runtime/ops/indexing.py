@@ -384,7 +384,7 @@ def scatter(xp, input, dim, index, src=None, value=None, reduce=None):  # noqa: 
     if reduce is None and src is not None and rows_fit(xp, out, d, index, fill):
         from fxkit.runtime.ops.pool_loops import scatter_rows  # NOTE: numba loads at the first large scatter
 
-        scatter_rows(*as_rows(out, index, fill))
+        scatter_rows(*as_rows(out, index, fill), False)  # NOTE: bounds checked above
         return out.reshape(shape)
     if reduce is None and index.size >= FLAT_INDEX_MIN:
         out.reshape(-1)[flat_along(xp, index, d, out.shape)] = fill

@@ -82,19 +82,25 @@ def _nll_terms(xp, name, logp, target, weight, ignore_index):
     (None when none is ignored) and the weights ``w[t]`` (zero where ignored; None
     when all are one)."""
     cdim = _class_dim(logp)
-    t, counted = _safe_targets(xp, name, target, logp.shape[cdim], ignore_index)
+    t, counted, w = _target_weights(xp, name, target, logp.shape[cdim], weight, ignore_index, logp.dtype)
     if logp.ndim == 2:  # (N, C): one fancy index (take_along_axis builds its index in Python, ~8 us)
         picked = logp[xp.arange(t.shape[0]), t]
     else:
         picked = xp.take_along_axis(logp, _with_class_dim(t, cdim), axis=cdim).squeeze(cdim)
-    w = None
-    if weight is not None:
-        w = weight.astype(logp.dtype, copy=False)[t]
-    if counted is not None:
-        w = counted.astype(logp.dtype) if w is None else w * counted
     # NOTE: asarray: an unbatched input's 0-d product is a numpy scalar, which cannot take an ``out``
     loss = picked if w is None else xp.asarray(picked * w)
     return xp.negative(loss, out=loss), counted, w
+
+
+def _target_weights(xp, name, target, classes, weight, ignore_index, dtype):
+    """``(targets, counted, weights)``: the class indices with ignored ones replaced by 0, the mask of counted
+    targets (None when every one counts) and each target's class weight in ``dtype``, zero where ignored
+    (None when all are one)."""
+    t, counted = _safe_targets(xp, name, target, classes, ignore_index)
+    w = None if weight is None else weight.astype(dtype, copy=False)[t]
+    if counted is not None:
+        w = counted.astype(dtype) if w is None else w * counted
+    return t, counted, w
 
 
 def _with_class_dim(v, cdim):
@@ -167,10 +173,7 @@ def nll_loss_backward(xp, grad_output, target, input_shape, weight=None, ignore_
         return run_in_float32(nll_loss_backward.impl, xp, grad_output, target, input_shape, weight, ignore_index,
                               reduction)
     cdim = 0 if len(input_shape) == 1 else 1
-    t, counted = _safe_targets(xp, "nll_loss_backward", target, input_shape[cdim], ignore_index)
-    w = None if weight is None else weight.astype(dtype, copy=False)[t]
-    if counted is not None:
-        w = counted.astype(dtype) if w is None else w * counted
+    t, counted, w = _target_weights(xp, "nll_loss_backward", target, input_shape[cdim], weight, ignore_index, dtype)
     with np.errstate(invalid="ignore", divide="ignore"):  # all ignored: 0 / 0, NaN as in PyTorch
         scale = grad_output / (w.sum() if w is not None else dtype.type(t.size)) if reduction == "mean" else grad_output
         picked = xp.negative(scale if w is None else scale * w)

@@ -5,7 +5,8 @@ step those views have rows of 2-4 elements, so numpy's loop overhead, not the da
 2x2 pool of 32x64x4x4 with indices took 100 us (a 6-D gathering copy, four masked updates, an index
 table), the loop here 37 us (2x2 windows inside the input run unrolled; 8x64x32x32 with a 3x3/2
 window: 1312 -> 717 us). The backward scatters each gradient to the position its index
-names, by rows (`scatter_rows`, `scatter_add_rows`).
+names, by rows (`scatter_rows`, `scatter_add_rows`; the numba backend lowers a training graph's scatters
+to `scatter_rows` too).
 
 Every loop computes what the numpy form computes, bit for bit, so eager results do not depend on
 which one ran: the pool scans each window as PyTorch does (a value replaces the maximum when greater
@@ -116,30 +117,58 @@ def max_pool2d_planes(x, h, w, out, indices, kernel, stride, padding, dilation, 
 
 
 @numba.njit(**_JIT)
-def scatter_rows(out, index, src):
-    """``out[r, index[r, j]] = src[r, j]`` for every row ``r`` in order (the last write stays).
-    ``out`` ``(R, L)`` C-contiguous, ``index`` and ``src`` ``(R, J)``; indices checked by the caller."""
+def scatter_rows(out, index, src, add):
+    """``out[r, index[r, j]] = src[r, j]`` (``+=`` when ``add``, one by one in the dtype, as ``add.at``) for
+    every row ``r`` in order, so the last write stays. Also the numba backend's lowered scatter.
+
+    Args:
+        out: ``(R, L)``, C-contiguous, holding the scatter's input; written in place.
+        index: ``(R, J)`` int64.
+        src: ``(R, J)``, ``out``'s dtype.
+
+    Returns:
+        True, or False at the first index outside ``[0, L)`` (``out`` is then partly written: the caller
+        runs the eager op, for its error).
+    """
+    return _in_order(out, index, src, add)
+
+
+@numba.njit(**_JIT)
+def _in_order(out, index, src, add):
+    """`scatter_rows`' loop (`scatter_add_rows` runs it too)."""
+    length = out.shape[1]
     for r in range(out.shape[0]):
         for j in range(index.shape[1]):
-            out[r, index[r, j]] = src[r, j]
+            i = index[r, j]
+            if i < 0 or i >= length:
+                return False
+            if add:
+                out[r, i] += src[r, j]
+            else:
+                out[r, i] = src[r, j]
+    return True
 
 
 @numba.njit(**_JIT)
 def scatter_add_rows(out, index, src, wide):
-    """``out[r, index[r, j]] += src[r, j]`` for every row ``r``, repeated indices adding up; ``out`` ``(R, L)``
-    C-contiguous, ``index`` and ``src`` ``(R, J)``, indices checked by the caller.
-
-    ``wide``: each position's picks summed in float64 in order and added to it once (what a weighted
-    ``bincount`` and one ``add`` give); else added one by one in the dtype (what ``add.at`` gives)."""
+    """`scatter_rows` adding (``add``), or with ``wide`` each position's picks summed in float64 in order and
+    added to it once (what a weighted ``bincount`` and one ``add`` give). Returns as `scatter_rows` does."""
     if not wide:
-        for r in range(out.shape[0]):
-            for j in range(index.shape[1]):
-                out[r, index[r, j]] += src[r, j]
-        return
-    sums = np.zeros(out.shape[1], np.float64)
+        return _in_order(out, index, src, True)
+    length = out.shape[1]
+    sums = np.zeros(length, np.float64)
     for r in range(out.shape[0]):
         sums[:] = 0.0
         for j in range(index.shape[1]):
-            sums[index[r, j]] += src[r, j]
-        for k in range(out.shape[1]):
+            i = index[r, j]
+            if i < 0 or i >= length:
+                return False
+            sums[i] += src[r, j]
+        for k in range(length):
             out[r, k] = out[r, k] + sums[k]
+    return True
+
+
+def warm_scatter(dtype):
+    """Compile `scatter_rows` for ``dtype`` now (the specialisation's compile time, not its first call)."""
+    scatter_rows(np.zeros((1, 1), dtype), np.zeros((1, 1), np.int64), np.zeros((1, 1), dtype), True)
