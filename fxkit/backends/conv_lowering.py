@@ -14,7 +14,8 @@ computes in **channels-last** memory and keeps its buffers:
   an ``(pixels, KH*KW*C)`` column buffer every conv shares (`scratch`), and
   one product multiplies the block while it is in cache
   (`COLUMN_BLOCK_BYTES`), block after block over every image.
-* **winograd** (large 3x3, stride-1 convs, `fxkit.backends.winograd_conv.lower_winograd`):
+* **winograd** (3x3, stride-1 convs of 128+ channels outside training graphs,
+  `fxkit.backends.winograd_conv.lower_winograd`):
   F(2x2, 3x3) tiles, 16 products of ``(tiles, C) @ (C, OC)``, the transforms in numba.
 * **depthwise** (``groups == in_channels``, one input channel per filter): the
   channels-last numba kernel of `fxkit.backends.numba_conv`, no columns at all.
@@ -416,7 +417,10 @@ def lower_conv2d(node):
                               f"channels, {threads}")
     if groups != 1:
         return None, Decision(node.name, "numpy conv2d", f"grouped ({groups} groups) but not depthwise")
-    if (kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1):
+    if (kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1) and not _trained(node):
+        # NOTE: not in training graphs: the filters would be transformed again after every optimizer step, and
+        # the weight gradient could not reuse the forward's columns (ResNet-18 at batch 8, 64x64: 40.5 -> 52.6 ms
+        # a step with its 128-512 channel layers on Winograd).
         from fxkit.backends.winograd_conv import lower_winograd  # NOTE: numba loads only when a 3x3 conv is lowered
 
         chosen = lower_winograd(node.name, x, out, pads)
@@ -447,10 +451,16 @@ def lower_conv2d(node):
 
 
 def _trained(node):
-    """Whether the conv's weight also feeds a transposed conv in this graph: the input gradient of a training
-    graph (`fxkit.transforms.grad`), whose weight an optimizer writes between calls."""
-    weight = node.args[1] if len(node.args) > 1 else None
-    return any(getattr(user, "target", None) is _CONV_TRANSPOSE2D for user in getattr(weight, "users", ()))
+    """Whether this is a conv of a training graph (`fxkit.transforms.grad`), whose weight an optimizer writes
+    between calls: its weight also feeds the input gradient's transposed conv, or (a first conv, whose input
+    needs no gradient) its input feeds the gradient of a weight of its shape."""
+    x, weight = (node.args + (None, None))[:2]
+    if any(getattr(user, "target", None) is _CONV_TRANSPOSE2D for user in getattr(weight, "users", ())):
+        return True
+    weight_meta = getattr(weight, "meta", {}).get("tensor_meta")
+    return weight_meta is not None and any(
+        getattr(user, "target", None) is _CONV2D_WEIGHT_GRAD and user.args[0] is x
+        and tuple(user.args[1]) == tuple(weight_meta.shape) for user in getattr(x, "users", ()))
 
 
 def reordered_values(nodes, calls):
@@ -485,6 +495,7 @@ def reordered_values(nodes, calls):
 
 
 _CONV_TRANSPOSE2D = get_op("conv_transpose2d")
+_CONV2D_WEIGHT_GRAD = get_op("conv2d_weight_grad")
 _GETITEM = get_op("getitem")
 CONV_RULES = {get_op("conv2d"): lower_conv2d}
 """Registry op -> ``rule(node) -> (call or None, Decision)``: how the numba backend runs that op."""

@@ -252,11 +252,12 @@ def warm(dtype, transforms):
     transforms.output_tiles(x, products, at, np.zeros(1, dtype), 1, 1)
 
 
-MIN_CHANNELS = 256
+MIN_CHANNELS = 128
 """Input and output channels from which Winograd runs: below them the products' inner dimension is too
 short for BLAS to make up for the transforms (see `lower_winograd`)."""
-MIN_PIXELS = 6272
-"""Output pixels (``N * OH * OW``; 8 images of 28x28) from which Winograd runs (see `lower_winograd`)."""
+MIN_PIXELS = 196
+"""Output pixels (``N * OH * OW``; one 14x14 image, four 7x7 ones) from which Winograd runs: with fewer,
+its 16 products are too small for BLAS (see `lower_winograd`)."""
 
 
 def lower_winograd(name, x, out, pads):
@@ -264,16 +265,19 @@ def lower_winograd(name, x, out, pads):
     beats the im2col rules, else None (the caller's rules decide).
 
     Measured with ``benchmarks/winograd_layers.py`` on the reference machine (2 threads, medians of
-    9-15 interleaved calls; other jobs kept the load average at 2.5-6, so single figures vary by up
-    to 2x between runs), F(2x2)'s time over the im2col rule's at batch 8: 256->256 channels at 56x56
-    0.52-0.75x, 512->512 at 28x28 0.74-0.92x, 256->512 at 28x28 0.81-1.10x; below 256 channels or
-    6272 output pixels it did not win reliably (64->64 at 56x56 0.97-2.3x, 128->128 at 28x28
-    0.72-4.7x, 512->512 at 14x14 1.3-1.6x), and at batch 1 it lost at every shape (1.0x to 12x: the
-    two transforms' parallel passes and 16 small products cost more than the products save).
-    F(4x4, 3x3) was faster still at some shapes (0.46-0.80x at load 2.5) but its float32 error is
-    20-50x PyTorch's, so it is not chosen. Inside VGG-11 at batch 8 the three convs it takes ran
-    in 221, 140 and 181 ms against im2col's 296, 130 and 260 ms, but the whole model moved only
-    0.90-1.15x of numba without Winograd (0.90, 0.92, 0.97, 1.15: four interleaved runs, load 3.7-4.6).
+    11 interleaved calls, load average 0.2-0.6), F(2x2)'s time over the im2col rule's: 128->128 at
+    28x28 0.70 (batch 1) to 0.77 (batch 8), 256->256 at 14x14 0.54-0.71, 512->512 at 7x7 1.06
+    (batch 1, 49 output pixels), 0.92 (batch 2), 0.76-0.79 (batch 4 and 8), VGG's 256-512 channel
+    layers 0.49-0.72; it lost at 64->64 on 56x56 at batch 8 (1.17: its 25 MB of tiles leave the
+    cache that the rule's 4 MiB blocks stay in). In the model (ResNet-18 and ResNet-50 from
+    torchvision at batch 8, 224x224, interleaved with PyTorch), taking the 128-512 channel layers
+    moved the numba backend from 0.95 to 0.80 and from 0.85 to 0.78 of PyTorch's time; at batch 1
+    the two moved by less than their run-to-run noise (1.07 -> 1.02, 0.98-1.10 -> 1.04-1.09).
+    An earlier measurement under a load average of 2.5-6 (other jobs on the 2 cores) saw Winograd
+    lose at batch 1 and below 256 channels: its two transforms are parallel passes that wait for
+    the busier core. F(4x4, 3x3) was faster still at some shapes (0.33-0.80x) but its float32 error
+    is 20-50x PyTorch's, so it is not chosen. Inside VGG-11 at batch 8 the three convs it takes ran
+    in 221, 140 and 181 ms against im2col's 296, 130 and 260 ms.
     """
     batch, channels = x.shape[:2]
     out_channels = out.shape[1]

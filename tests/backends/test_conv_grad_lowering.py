@@ -211,7 +211,9 @@ def test_a_channel_major_weight_gradient_takes_its_forward_conv_s_columns(rng):
     with mock.patch.object(conv_lowering, "TRAINED_CHANNEL_MAJOR_MIN", 1):
         compiled = fxkit.compile(grad(SumOfSquares(model), example_inputs=[x]), backend="numba", example_inputs=[x])
     calls = compiled._last.lowered.fn.__globals__
-    (linked,) = [c for c in calls.values() if isinstance(c, conv_grad_lowering.WeightGradConv) and c.forward]
+    linked_calls = [c for c in calls.values() if isinstance(c, conv_grad_lowering.WeightGradConv) and c.forward]
+    assert len(linked_calls) == 2  # both convs' weights are trained, the first's too (its input needs no gradient)
+    (linked,) = [c for c in linked_calls if c.stride == (2, 2)]
     gathered = []
     original = conv_grad_lowering.channel_major_columns
     with mock.patch.object(conv_grad_lowering, "channel_major_columns",

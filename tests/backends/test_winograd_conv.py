@@ -5,6 +5,7 @@ import pytest
 
 import fxkit
 from fxkit import nn
+from fxkit.transforms import grad
 from fxkit.runtime.meta import TensorMeta
 
 pytest.importorskip("numba")
@@ -83,8 +84,8 @@ def _choice(conv, shape, rng):
 
 def test_numba_backend_picks_winograd_for_large_3x3_convs_and_matches_pytorch(rng):
     torch = pytest.importorskip("torch")
-    conv = nn.Conv2d(256, 256, 3, padding=1).eval()
-    choice, compiled, x = _choice(conv, (8, 256, 28, 28), rng)
+    conv = nn.Conv2d(128, 128, 3, padding=1).eval()
+    choice, compiled, x = _choice(conv, (1, 128, 14, 14), rng)
     assert choice == "Winograd F(2x2, 3x3), channels-last"
     reference = torch.nn.functional.conv2d(torch.from_numpy(x.numpy()), torch.from_numpy(conv.weight.numpy()),
                                            torch.from_numpy(conv.bias.numpy()), padding=1).numpy()
@@ -92,10 +93,41 @@ def test_numba_backend_picks_winograd_for_large_3x3_convs_and_matches_pytorch(rn
 
 
 @pytest.mark.parametrize("conv, shape", [
-    (nn.Conv2d(256, 256, 3, padding=1), (1, 256, 28, 28)),  # too few output pixels
+    (nn.Conv2d(512, 512, 3, padding=1), (1, 512, 7, 7)),  # too few output pixels
     (nn.Conv2d(64, 64, 3, padding=1), (8, 64, 28, 28)),  # too few channels
     (nn.Conv2d(256, 256, 3, stride=2, padding=1), (8, 256, 56, 56)),  # strided
 ], ids=["batch-1", "64-channels", "stride-2"])
 def test_numba_backend_keeps_im2col_where_winograd_does_not_win(conv, shape, rng):
     choice, _, _ = _choice(conv.eval(), shape, rng)
     assert "Winograd" not in choice
+
+
+def test_training_graphs_keep_their_convs_off_winograd(rng):
+    """A conv whose weight an optimizer writes between calls would have its filters transformed again every
+    step, and its weight gradient could not reuse the forward's columns: the same conv Winograd takes in
+    an inference graph runs im2col in a training graph, and its gradients match a float64 reference."""
+    torch = pytest.importorskip("torch")
+
+    class SumOfSquares(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return (self.model(x) ** 2).sum()
+
+    conv = nn.Conv2d(128, 128, 3, padding=1)
+    x = fxkit.from_numpy(rng.standard_normal((1, 128, 14, 14)).astype(np.float32))
+    inference = fxkit.compile(conv.eval(), backend="numba", example_inputs=[x])
+    training = fxkit.compile(grad(SumOfSquares(conv), example_inputs=[x]), backend="numba", example_inputs=[x])
+    assert [d.choice for d in inference._last.lowered.decisions if d.node == "conv2d"] == \
+        ["Winograd F(2x2, 3x3), channels-last"]
+    (choice,) = [d.choice for d in training._last.lowered.decisions if d.node == "conv2d"]
+    assert "Winograd" not in choice
+    loss, grads = training(x)
+    reference = torch.nn.Conv2d(128, 128, 3, padding=1).double()
+    reference.load_state_dict({k: torch.from_numpy(v.numpy().astype(np.float64)) for k, v in conv.state_dict().items()})
+    (reference(torch.from_numpy(x.numpy()).double()) ** 2).sum().backward()
+    for name, p in reference.named_parameters():
+        want = p.grad.numpy()
+        assert np.linalg.norm(grads["model." + name].numpy() - want) <= 2e-5 * np.linalg.norm(want), name
