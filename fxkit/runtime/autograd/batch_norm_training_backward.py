@@ -74,6 +74,9 @@ def batch_norm_training_backward(xp, grad_output, input, weight=None, eps=1e-5):
     x = input.reshape(n, c, math.prod(input.shape[2:]))
     g = grad_output.reshape(x.shape)
     count = x.size // c
+    if (loops_fit(xp, x, g) and x.flags.c_contiguous and g.flags.c_contiguous
+            and (weight is None or weight.dtype == dtype)):
+        return _by_loops(xp, x, g, weight, eps, input.shape)
     _, centered, var = channel_moments(xp, x)
     invstd = 1.0 / xp.sqrt(var + eps)
     grad_bias = g.sum(axis=0).sum(axis=-1)
@@ -82,12 +85,30 @@ def batch_norm_training_backward(xp, grad_output, input, weight=None, eps=1e-5):
     # scale * (g - mean(g) - xhat * mean(g * xhat)), xhat = centered * invstd, is per channel
     # scale * g + a * centered + b: written over ``centered``, one temporary (scale * g).
     a, b = -(scale * invstd) * (grad_weight / count), -scale * (grad_bias / count)
-    if loops_fit(xp, centered, g) and g.flags.c_contiguous and a.dtype == b.dtype == scale.dtype == dtype:
-        from fxkit.runtime.ops.channel_loops import centered_affine_plus_scaled  # NOTE: numba loads here first
-
-        centered_affine_plus_scaled(centered, a, b, g, scale)  # the three passes below in one
-        return centered.reshape(input.shape), grad_weight, grad_bias
     centered *= a[:, None]
     centered += b[:, None]
     centered += g * scale[:, None]
     return centered.reshape(input.shape), grad_weight, grad_bias
+
+
+def _by_loops(xp, x, g, weight, eps, shape):
+    """The same gradients from three numba loops over C-contiguous ``(N, C, P)`` ``x`` and ``g``
+    (`fxkit.runtime.ops.channel_loops`): the statistics and the two per-channel sums accumulated in
+    float64 (as PyTorch's CPU kernel), then ``scale * g + a * centered + b`` in one pass that centres
+    as it goes. On ResNet-18's 8x64x16x16 activations the numpy form's passes took 3x as long."""
+    from fxkit.runtime.ops.channel_loops import (centered_affine_plus_scaled_into, channel_gradient_sums,
+                                                 channel_moments_wide)  # NOTE: numba loads here first
+
+    dtype = x.dtype
+    count = x.size // x.shape[1]
+    mean, var = channel_moments_wide(x)
+    mean, var = mean.astype(dtype), var.astype(dtype)
+    invstd = 1.0 / xp.sqrt(var + eps)
+    sum_g, sum_g_centered = channel_gradient_sums(g, x, mean)
+    grad_bias = sum_g.astype(dtype)
+    grad_weight = sum_g_centered.astype(dtype) * invstd
+    scale = invstd if weight is None else invstd * weight
+    a, b = -(scale * invstd) * (grad_weight / count), -scale * (grad_bias / count)
+    out = xp.empty_like(x)
+    centered_affine_plus_scaled_into(x, mean, a.astype(dtype), b.astype(dtype), g, scale.astype(dtype), out)
+    return out.reshape(shape), grad_weight, grad_bias
