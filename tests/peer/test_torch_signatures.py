@@ -45,6 +45,9 @@ ALLOWED = {
                           "total_weight) reads self only for its shape and takes the forward's summed weights; "
                           "fxkit's op takes input_shape (the rule keeps no activation alive for it), sums the "
                           "weights itself and takes reduction as a string, as nll_loss does"),
+    "max_pool2d_with_indices_backward": ("ATen's max_pool2d_with_indices_backward(grad_output, self, ...) reads self "
+                                         "only for its shape; fxkit's op takes input_shape (the rule keeps no "
+                                         "activation alive for it), as nll_loss_backward"),
     "std": ("torch.std is ATen's std.dim(input, dim, unbiased, keepdim) and std.correction(input, dim, *, "
             "correction, keepdim) overloads; fxkit's one op takes std.dim's parameters and 'correction' by keyword"),
 }

@@ -68,6 +68,12 @@ def _nll_loss_backward(grad, target, input_shape, weight=None, ignore_index=-100
         return torch.autograd.grad(loss, x, grad)[0]
 
 
+def _max_pool2d_with_indices_backward(grad, input_shape, kernel_size, stride, padding, dilation, ceil_mode,
+                                      indices):
+    return torch.ops.aten.max_pool2d_with_indices_backward(grad, torch.zeros(input_shape, dtype=grad.dtype),
+                                                           kernel_size, stride, padding, dilation, ceil_mode, indices)
+
+
 def _layer_norm(x, normalized_shape, *args, **kwargs):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     return F.layer_norm(x, shape, *args, **kwargs)
@@ -92,6 +98,7 @@ TORCH_CALLS = {
     "getitem_backward": _torch_adjoint,
     "batch_norm_training_backward": _batch_norm_training_backward,
     "nll_loss_backward": _nll_loss_backward,
+    "max_pool2d_with_indices_backward": _max_pool2d_with_indices_backward,
     "numpy_T": lambda a: a.T,
     # the op takes the weight's rank: a 5-D weight size is conv3d's weight gradient
     "conv2d_weight_grad": lambda x, weight_size, *args, **kwargs: (

@@ -1,6 +1,7 @@
 """Ops that derivative rules need and no forward op provides: ``scatter_add`` and
 ``index_add`` (PyTorch's, usable in forward code too), ``getitem_backward`` (the
-adjoint of indexing) and ``conv2d_weight_grad`` (``torch.nn.grad.conv2d_weight``).
+adjoint of indexing), ``max_pool2d_with_indices_backward`` (ATen's) and
+``conv2d_weight_grad`` (``torch.nn.grad.conv2d_weight``).
 
 They are registry ops like any other, so a graph-level transform that runs
 the rules on graph values records them as nodes.
@@ -17,7 +18,7 @@ from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial
 from fxkit.runtime.ops.dims import normalize_dim
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.indexing import (FLAT_INDEX_MIN, _along, _check_bounds, along_layout, as_rows, flat_along,
-                                       getitem, rows_fit, torch_index)
+                                       getitem, rows_fit, scatter, torch_index)
 from fxkit.runtime.ops.nn_checks import dtype_of, require_float, require_integer, shown
 
 
@@ -146,6 +147,64 @@ def getitem_backward(xp, grad, shape, index):
 
 def _advanced(i):
     return not (type(i) is int or type(i) is slice or i is None or i is Ellipsis)
+
+
+# -- max_pool2d_with_indices_backward -------------------------------------------------
+_POOL_BACKWARD = "max_pool2d_with_indices_backward"
+
+
+def _check_pool_backward(grad_output, input_shape, indices):
+    require_float(_POOL_BACKWARD, grad_output, "grad_output")
+    require_integer(_POOL_BACKWARD, indices, "indices")
+    shape = tuple(input_shape)
+    if len(shape) not in (3, 4):
+        raise ShapeError(f"{_POOL_BACKWARD}: input_shape must be (C, H, W) or (N, C, H, W), got {list(shape)}")
+    if tuple(indices.shape) != tuple(grad_output.shape) or len(grad_output.shape) != len(shape) \
+            or tuple(grad_output.shape[:-2]) != shape[:-2]:
+        raise ShapeError(f"{_POOL_BACKWARD}: grad_output {shown(grad_output.shape)} and indices "
+                         f"{shown(indices.shape)} must have one shape, the pool's output of an input of shape "
+                         f"{list(shape)}")
+    return shape
+
+
+def _pool_backward_rule(grad_output, input_shape, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    shape = _check_pool_backward(grad_output, input_shape, indices)
+    return TensorMeta(shape, grad_output.dtype, grad_output.device)
+
+
+@op(_POOL_BACKWARD, kind="other", shape_rule=_pool_backward_rule, method=False)
+def max_pool2d_with_indices_backward(xp, grad_output, input_shape, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    """The gradient of ``max_pool2d`` with respect to its input (ATen's op of this name): zeros of
+    ``input_shape`` with each output's gradient at the element its index (into ``H * W``) picked.
+
+    Windows that cannot overlap (stride at least the dilated kernel: the usual 2x2 stride 2) pick each
+    element at most once, so the gradients are written, by one numba loop over the rows of each plane
+    on large float inputs; overlapping windows add theirs up (`scatter_add`). One op where the rule made
+    five (zeros, three reshapes and the scatter: 76 against 36 us for the digits Net's first pool).
+
+    Args:
+        grad_output, indices: the gradient of the pool's values and its indices, of one shape.
+        input_shape: the pooled input's shape, ``(N, C, H, W)`` or ``(C, H, W)``.
+        kernel_size, stride, padding, dilation, ceil_mode: the pool's.
+    """
+    shape = _check_pool_backward(grad_output, input_shape, indices)
+    kernel = ntuple(kernel_size, 2, _POOL_BACKWARD, "kernel_size")
+    steps = kernel if stride is None or stride == [] or stride == () else ntuple(stride, 2, _POOL_BACKWARD, "stride")
+    dilation = ntuple(dilation, 2, _POOL_BACKWARD, "dilation")
+    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, steps, dilation))
+    lead = shape[:-2]
+    out = xp.zeros(lead + (shape[-2] * shape[-1],), grad_output.dtype)
+    index = indices.reshape(lead + (math.prod(indices.shape[-2:]),))
+    values = grad_output.reshape(index.shape)
+    if disjoint and rows_fit(xp, out, out.ndim - 1, index, values):
+        from fxkit.runtime.ops.pool_loops import scatter_rows  # NOTE: numba loads at the first large pool
+
+        if not scatter_rows(*as_rows(out, index, values), False):
+            _check_bounds(_POOL_BACKWARD, index, out.ndim - 1, out.shape[-1])
+        return out.reshape(shape)
+    spread = (scatter.impl if disjoint else scatter_add.impl)(xp, out, -1, index, values)
+    return spread.reshape(shape)
 
 
 # -- conv2d_weight_grad ------------------------------------------------------------------

@@ -3,13 +3,14 @@
 conv2d's input gradient is a transposed convolution of the output's gradient
 (col2im on BLAS) cropped to the input, its weight gradient ``conv2d_weight_grad``
 (im2col and one matrix product, as the forward); conv1d runs through them
-with a height of one, conv_transpose2d swaps the two roles. max_pool2d and adaptive_max_pool2d send
-each gradient to the input element it picked, by the indices a recording
-forward keeps. avg_pool2d spreads each gradient over its window (a
-transposed convolution with a kernel of ones); the 1-D pools reuse these over a
-height of one. adaptive_avg_pool2d and
-interpolate are separable linear maps (``R @ x @ C`` for images); their gradient
-applies the transposes, which the op itself computes when run on identity images.
+with a height of one, conv_transpose2d swaps the two roles. max_pool2d and
+adaptive_max_pool2d send each gradient to the input element it picked, by the
+indices a recording forward keeps (max_pool2d by ATen's one op,
+``max_pool2d_with_indices_backward``). avg_pool2d spreads each gradient over its
+window (a transposed convolution with a kernel of ones); the 1-D pools reuse these
+over a height of one. adaptive_avg_pool2d and interpolate are separable linear maps
+(``R @ x @ C`` for images); their gradient applies the transposes, which the op
+itself computes when run on identity images.
 """
 import math
 
@@ -25,9 +26,9 @@ _adaptive_avg_pool2d = get_op("adaptive_avg_pool2d")
 _conv2d = get_op("conv2d")
 _conv_transpose2d = get_op("conv_transpose2d")
 _interpolate = get_op("interpolate")
+_max_pool2d_backward = get_op("max_pool2d_with_indices_backward")
 _ones = get_op("ones")
 _pad = get_op("pad")
-_scatter = get_op("scatter")
 _scatter_add = get_op("scatter_add")
 _weight_grad = get_op("conv2d_weight_grad")
 _zeros = get_op("zeros")
@@ -130,24 +131,18 @@ def _max_pool_forward(op, args, kwargs):
 @defgrad("max_pool2d", forward=_max_pool_forward)
 def _max_pool2d(ctx, g, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                 return_indices=False):
-    kernel = ntuple(kernel_size, 2, "max_pool2d", "kernel_size")
-    steps = kernel if stride is None or stride == [] or stride == () else ntuple(stride, 2, "max_pool2d", "stride")
-    dilation = ntuple(dilation, 2, "max_pool2d", "dilation")
-    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, steps, dilation))
-    return _spread_to_indices(g[0] if return_indices else g, ctx.extra, input, disjoint)
+    return _max_pool2d_backward(g[0] if return_indices else g, tuple(input.shape), kernel_size, stride, padding,
+                                dilation, ceil_mode, ctx.extra)
 
 
-def _spread_to_indices(values, indices, input, disjoint=False, spatial=2):
+def _spread_to_indices(values, indices, input, spatial=2):
     """Each output gradient sent to the input element its flat index (into the last ``spatial``
-    dims: ``H * W``, or ``D * H * W``) names.
-
-    Windows that cannot overlap (``disjoint``: stride at least the dilated kernel, the usual 2x2
-    stride 2) name each element at most once, so a plain scatter does what the summing one does
-    (numpy's ``add.at``, several times slower) and gives the same sums."""
+    dims: ``H * W``, or ``D * H * W``) names, summed where several name one (max_pool2d's own
+    gradient is one op, ``max_pool2d_with_indices_backward``)."""
     lead = tuple(input.shape[:-spatial])
     outputs = lead + (math.prod(values.shape[-spatial:]),)
     planes = _zeros(lead + (math.prod(input.shape[-spatial:]),), dtype=values.dtype, device=values.device)
-    spread = (_scatter if disjoint else _scatter_add)(planes, -1, indices.reshape(outputs), values.reshape(outputs))
+    spread = _scatter_add(planes, -1, indices.reshape(outputs), values.reshape(outputs))
     return spread.reshape(tuple(input.shape))
 
 

@@ -56,6 +56,28 @@ def ref_max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return (values, indices) if return_indices else values
 
 
+def _pool_backward_input(shape, geometry, dtype=np.float32):
+    """``(grad_output, input_shape, kernel_size, stride, padding, dilation, ceil_mode, indices)`` for a max pool of
+    a random input of ``shape`` with ``geometry``, its indices from the reference pool."""
+    def make(r):
+        x = randf(r, *shape, dtype=dtype)
+        _, indices = ref_max_pool2d(x, return_indices=True, **geometry)
+        g = randf(r, *indices.shape, dtype=dtype)
+        return (g, shape, geometry["kernel_size"], geometry.get("stride", ()), geometry.get("padding", 0),
+                geometry.get("dilation", 1), geometry.get("ceil_mode", False), indices), {}
+    return make
+
+
+def ref_max_pool2d_backward(g, input_shape, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Zeros of ``input_shape`` with every gradient added at the flat index its window picked, in float64."""
+    lead = tuple(input_shape[:-2])
+    out = np.zeros(lead + (input_shape[-2] * input_shape[-1],))
+    rows = out.reshape(-1, out.shape[-1])
+    for row, index, values in zip(rows, indices.reshape(len(rows), -1), g.reshape(len(rows), -1).astype(np.float64)):
+        np.add.at(row, index, values)
+    return out.reshape(input_shape).astype(g.dtype)
+
+
 @_batched
 def ref_avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                    divisor_override=None):
@@ -170,6 +192,18 @@ def _register():
         x[0, 0, :4, :4] = x[0, 1, 2:, 3:] = -np.inf  # windows whose index stays at their first real element
         return (x,), {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": (1, 2), "return_indices": True}
     case("max_pool2d", with_minus_inf, torch_functional("max_pool2d"), id="all-minus-inf-window-torch")
+
+    for shape, geometry, name in (((2, 3, 6, 8), {"kernel_size": 2}, "disjoint"),
+                                  ((2, 3, 9, 9), {"kernel_size": 3, "stride": 2, "padding": 1}, "overlapping"),
+                                  ((3, 7, 7), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+                                   "unbatched-ceil"),
+                                  ((2, 2, 8, 9), {"kernel_size": 2, "dilation": (2, 3), "padding": 1}, "dilation")):
+        case("max_pool2d_with_indices_backward", _pool_backward_input(shape, geometry), ref_max_pool2d_backward,
+             id=name, **TOL)
+    case("max_pool2d_with_indices_backward", _pool_backward_input((32, 16, 8, 8), {"kernel_size": 2}),
+         ref_max_pool2d_backward, id="disjoint-rows-loop", **TOL)
+    case("max_pool2d_with_indices_backward",
+         _pool_backward_input((2, 3, 6, 8), {"kernel_size": 2}, np.float64), ref_max_pool2d_backward, id="float64")
 
     ap = ("avg_pool2d", ref_avg_pool2d)
     pool_case(*ap, _input(2, 3, 6, 8, kernel_size=2), id="basic")
