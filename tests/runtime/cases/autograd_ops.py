@@ -118,6 +118,9 @@ for _ref, _tag in ((_weight_grad_ref, ""), (torch_ref(_weight_grad_torch), "_tor
          id="stride_padding_dilation_groups" + _tag, rtol=1e-4, atol=1e-5)
     case("conv2d_weight_grad", lambda r: ((randf(r, 1, 2, 20, 20), (3, 2, 1, 1), randf(r, 1, 3, 20, 20)), {}), _ref,
          id="pointwise" + _tag, rtol=1e-4, atol=1e-5)
+    # rows of 16+ outputs: the image-outer columns (the cases above gather batch-last), more columns than channels
+    case("conv2d_weight_grad", lambda r: ((randf(r, 2, 3, 18, 18), (4, 3, 3, 3), randf(r, 2, 4, 16, 16)), {}), _ref,
+         id="wide_rows" + _tag, rtol=1e-4, atol=1e-5)
 
 
 def _weight_grad3d_torch(x, weight_size, g, stride=1, padding=0, dilation=1, groups=1):
