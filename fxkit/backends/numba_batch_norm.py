@@ -11,7 +11,8 @@ the data in its own layout, statistics accumulated in float64:
   inner loop runs along the contiguous channels, one accumulator per channel;
 * **planes** ``(B, C, P)`` (NCHW memory with ``B = N``, channel-major memory
   with ``B = 1``): each channel's plane is one contiguous run, summed with
-  reassociation allowed (``fastmath={"reassoc"}``) so LLVM vectorises it.
+  reassociation allowed (``fastmath={"reassoc"}``) so LLVM vectorises it
+  (`fxkit.runtime.ops.channel_loops.planes_moments`, eager batch norm's too).
 
 Pass one: the mean; pass two: the variance about it (two passes, no
 cancellation) and, backward, the sums of ``g`` and ``g * (x - mean)``; pass
@@ -24,8 +25,9 @@ specialisation lowers a training batch norm: numba takes ~0.5 s to import.
 import numba
 import numpy as np
 
+from fxkit.runtime.ops.channel_loops import planes_moments
+
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-_REDUCE = dict(_JIT, fastmath={"reassoc"})
 
 
 @numba.njit(**_JIT)
@@ -49,27 +51,6 @@ def _rows_moments(x, mean, var, g, sum_g, sum_gd, backward):
     var /= rows
 
 
-@numba.njit(**_REDUCE)
-def _planes_moments(x, mean, var, g, sum_g, sum_gd, backward):
-    b, c, p = x.shape
-    count = b * p
-    for k in range(c):
-        s = 0.0
-        for i in range(b):
-            for j in range(p):
-                s += x[i, k, j]
-        m = s / count
-        v, sg, sgd = 0.0, 0.0, 0.0
-        for i in range(b):
-            for j in range(p):
-                d = x[i, k, j] - m
-                v += d * d
-                if backward:
-                    sg += g[i, k, j]
-                    sgd += g[i, k, j] * d
-        mean[k], var[k], sum_g[k], sum_gd[k] = m, v / count, sg, sgd
-
-
 @numba.njit(**_JIT)
 def rows_forward(out, x, weight, bias, eps, mean, var):
     """``out = (x - mean) / sqrt(var + eps) * weight + bias`` per channel of ``x`` ``(R, C)``; the batch's
@@ -88,7 +69,7 @@ def rows_forward(out, x, weight, bias, eps, mean, var):
 def planes_forward(out, x, weight, bias, eps, mean, var):
     """`rows_forward` of ``x`` ``(B, C, P)``."""
     unused = np.empty(x.shape[1])
-    _planes_moments(x, mean, var, x, unused, unused, False)
+    planes_moments(x, mean, var, x, unused, unused, False)
     scale = weight / np.sqrt(var + eps)
     shift = bias - mean * scale
     b, c, p = x.shape
@@ -130,7 +111,7 @@ def planes_backward(grad_input, g, x, weight, eps, grad_weight, grad_bias):
     n, c, p = x.shape
     mean, var = np.empty(c), np.empty(c)
     sum_g, sum_gd = np.empty(c), np.empty(c)
-    _planes_moments(x, mean, var, g, sum_g, sum_gd, True)
+    planes_moments(x, mean, var, g, sum_g, sum_gd, True)
     scale, a, b, gw = _gradient_terms(n * p, weight, eps, var, sum_g, sum_gd)
     for i in range(n):
         for k in range(c):

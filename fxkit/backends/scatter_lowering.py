@@ -55,14 +55,21 @@ class ScatterRows:
         return f"<ScatterRows {self.__name__} -> {self.shape}>"
 
 
+def _bound(node):
+    """``(bound arguments, None)`` of ``node``, or ``(None, Decision)`` keeping the eager op when they do not bind."""
+    try:
+        return bound_metas(node), None
+    except TypeError as exc:
+        return None, Decision(node.name, f"numpy {node.target.name}", f"arguments do not bind: {exc}")
+
+
 def lower_scatter(node):
     """``(call or None, Decision)`` for a ``scatter`` or ``scatter_add`` node."""
     op = node.target
     eager = f"numpy {op.name}"
-    try:
-        bound = bound_metas(node)
-    except TypeError as exc:
-        return None, Decision(node.name, eager, f"arguments do not bind: {exc}")
+    bound, refused = _bound(node)
+    if refused is not None:
+        return None, refused
     x, index, src, out = bound.get("input"), bound.get("index"), bound.get("src"), node.meta.get("tensor_meta")
     if not all(isinstance(m, TensorMeta) for m in (x, index, src, out)):
         return None, Decision(node.name, eager, "writes a value, or an operand's metadata is unknown")
@@ -117,10 +124,9 @@ def lower_pool_backward(node):
     """``(call or None, Decision)`` for a ``max_pool2d_with_indices_backward`` node."""
     op = node.target
     eager = f"numpy {op.name}"
-    try:
-        bound = bound_metas(node)
-    except TypeError as exc:
-        return None, Decision(node.name, eager, f"arguments do not bind: {exc}")
+    bound, refused = _bound(node)
+    if refused is not None:
+        return None, refused
     grad, index, out = bound.get("grad_output"), bound.get("indices"), node.meta.get("tensor_meta")
     if not all(isinstance(m, TensorMeta) for m in (grad, index, out)):
         return None, Decision(node.name, eager, "an operand's metadata is unknown")

@@ -106,16 +106,9 @@ def test_training_graphs_keep_their_convs_off_winograd(rng):
     """A conv whose weight an optimizer writes between calls would have its filters transformed again every
     step, and its weight gradient could not reuse the forward's columns: the same conv Winograd takes in
     an inference graph runs im2col in a training graph, and its gradients match a float64 reference."""
+    from tests.backends.test_conv_grad_lowering import SumOfSquares
+
     torch = pytest.importorskip("torch")
-
-    class SumOfSquares(nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            return (self.model(x) ** 2).sum()
-
     conv = nn.Conv2d(128, 128, 3, padding=1)
     x = fxkit.from_numpy(rng.standard_normal((1, 128, 14, 14)).astype(np.float32))
     inference = fxkit.compile(conv.eval(), backend="numba", example_inputs=[x])

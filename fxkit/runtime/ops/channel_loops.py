@@ -11,7 +11,8 @@ The statistics and the gradient's per-channel sums are the rest of the op: numpy
 float32 in five passes and two temporaries (209 us for the mean and variance of 8x64x32x32 against
 54 us here). These loops accumulate in float64, as PyTorch's CPU kernel does, so they are not numpy's
 float32 sums bit for bit: they are closer to the float64 values (the mean's largest error 2.3e-7
-against 5.5e-7, the variance's 4.8e-8 against 1.4e-7, relative, on that activation).
+against 5.5e-7, the variance's 4.8e-8 against 1.4e-7, relative, on that activation). The numba
+backend's batch norm kernels accumulate with the same loop (`planes_moments`).
 
 Imported only where `fxkit.runtime.ops.loop_gate.loops_fit` lets it run (numba takes ~0.5 s to import).
 """
@@ -39,49 +40,30 @@ They accumulate in float64, so the order moves the result by float64 roundings, 
 
 
 @numba.njit(**_SUMS)
-def channel_moments_wide(x):
-    """``(mean, biased variance)`` per channel of ``x`` ``(N, C, P)``, both float64: two passes per channel (the
-    mean, then the squared deviations from it, so no cancellation), accumulated in float64 as PyTorch's CPU batch
-    norm does (its accumulator type for float is double)."""
-    n, c, p = x.shape
-    count = n * p
-    mean = np.empty(c, np.float64)
-    var = np.empty(c, np.float64)
-    for ch in range(c):
-        total = 0.0
-        for b in range(n):
-            for i in range(p):
-                total += x[b, ch, i]
-        m = total / count
-        squares = 0.0
-        for b in range(n):
-            for i in range(p):
-                d = x[b, ch, i] - m
-                squares += d * d
-        mean[ch] = m
-        var[ch] = squares / count
-    return mean, var
+def planes_moments(x, mean, var, g, sum_g, sum_gd, backward):
+    """Per channel of ``x`` ``(B, C, P)``: its ``mean`` and biased ``var``, and when ``backward`` the sums of ``g``
+    (``x``'s shape) and of ``g * (x - mean)`` into ``sum_g`` and ``sum_gd``; all four float64 ``(C,)``, written.
 
-
-@numba.njit(**_SUMS)
-def channel_gradient_sums(g, x, mean):
-    """``(sum of g, sum of g * (x - mean))`` per channel, float64; ``g`` and ``x`` ``(N, C, P)``, ``mean`` ``(C,)``
-    in ``x``'s dtype (each ``x - mean`` rounded in that dtype, as the numpy form's centred input is)."""
-    n, c, p = x.shape
-    sum_g = np.empty(c, np.float64)
-    sum_gx = np.empty(c, np.float64)
-    for ch in range(c):
-        m = mean[ch]
-        total = 0.0
-        dot = 0.0
-        for b in range(n):
-            for i in range(p):
-                v = g[b, ch, i]
-                total += v
-                dot += v * (x[b, ch, i] - m)
-        sum_g[ch] = total
-        sum_gx[ch] = dot
-    return sum_g, sum_gx
+    Two passes per channel, accumulated in float64 as PyTorch's CPU batch norm does (its accumulator type for
+    float is double): the mean, then the squared deviations from it (no cancellation) and the sums. Also the
+    numba backend's kernel for NCHW and channel-major memory (`fxkit.backends.numba_batch_norm`)."""
+    b, c, p = x.shape
+    count = b * p
+    for k in range(c):
+        s = 0.0
+        for i in range(b):
+            for j in range(p):
+                s += x[i, k, j]
+        m = s / count
+        v, sg, sgd = 0.0, 0.0, 0.0
+        for i in range(b):
+            for j in range(p):
+                d = x[i, k, j] - m
+                v += d * d
+                if backward:
+                    sg += g[i, k, j]
+                    sgd += g[i, k, j] * d
+        mean[k], var[k], sum_g[k], sum_gd[k] = m, v / count, sg, sgd
 
 
 @numba.njit(**_JIT)
