@@ -418,9 +418,8 @@ def lower_conv2d(node):
     if groups != 1:
         return None, Decision(node.name, "numpy conv2d", f"grouped ({groups} groups) but not depthwise")
     if (kh, kw) == (3, 3) and stride == (1, 1) and dilation == (1, 1) and not _trained(node):
-        # NOTE: not in training graphs: the filters would be transformed again after every optimizer step, and
-        # the weight gradient could not reuse the forward's columns (ResNet-18 at batch 8, 64x64: 40.5 -> 52.6 ms
-        # a step with its 128-512 channel layers on Winograd).
+        # NOTE: not in training graphs: the filters would be transformed after every step and the weight gradient
+        # could not take the forward's columns (ResNet-18's step at batch 8, 64x64: 40.5 -> 52.6 ms with Winograd).
         from fxkit.backends.winograd_conv import lower_winograd  # NOTE: numba loads only when a 3x3 conv is lowered
 
         chosen = lower_winograd(node.name, x, out, pads)

@@ -19,8 +19,8 @@ from fxkit.backends.bound_arguments import bound_metas
 from fxkit.backends.conv_lowering import take
 from fxkit.backends.cost_model import Decision
 from fxkit.errors import FxkitError
+from fxkit.runtime.autograd.backward_ops import pool_windows_overlap
 from fxkit.runtime.meta import TensorMeta
-from fxkit.runtime.ops.conv import ntuple
 from fxkit.runtime.ops.indexing import along_layout
 from fxkit.runtime.registry import get_op
 
@@ -133,13 +133,9 @@ def lower_pool_backward(node):
     if grad.dtype.name not in _DTYPES[:2] or index.dtype.name != "int64" or out.dtype is not grad.dtype:
         return None, Decision(node.name, eager, f"{grad.dtype.name} gradient, {index.dtype.name} indices")
     try:
-        kernel = ntuple(bound.get("kernel_size"), 2, op.name, "kernel_size")
-        stride = bound.get("stride")
-        steps = kernel if stride is None or stride == [] or stride == () else ntuple(stride, 2, op.name, "stride")
-        dilation = ntuple(bound.get("dilation", 1), 2, op.name, "dilation")
+        add = pool_windows_overlap(bound.get("kernel_size"), bound.get("stride"), bound.get("dilation", 1))
     except FxkitError as exc:
         return None, Decision(node.name, eager, str(exc))
-    add = not all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, steps, dilation))
     call = PoolBackwardRows(f"{node.name}_rows", op, add, out)
     return call, Decision(node.name, "max pool backward rows, numba",
                           f"{'overlapping windows: each gradient added' if add else 'each gradient written'} "

@@ -153,6 +153,14 @@ def _advanced(i):
 _POOL_BACKWARD = "max_pool2d_with_indices_backward"
 
 
+def pool_windows_overlap(kernel_size, stride, dilation):
+    """Whether a 2-D pool's windows may share an element: a stride shorter than the dilated kernel (a stride
+    of None or ``()`` is the kernel's, as in ``max_pool2d``)."""
+    kernel = ntuple(kernel_size, 2, _POOL_BACKWARD, "kernel_size")
+    steps = kernel if stride is None or stride == [] or stride == () else ntuple(stride, 2, _POOL_BACKWARD, "stride")
+    return any(s < d * (k - 1) + 1 for k, s, d in zip(kernel, steps, ntuple(dilation, 2, _POOL_BACKWARD, "dilation")))
+
+
 def _check_pool_backward(grad_output, input_shape, indices):
     require_float(_POOL_BACKWARD, grad_output, "grad_output")
     require_integer(_POOL_BACKWARD, indices, "indices")
@@ -189,10 +197,7 @@ def max_pool2d_with_indices_backward(xp, grad_output, input_shape, kernel_size, 
         kernel_size, stride, padding, dilation, ceil_mode: the pool's.
     """
     shape = _check_pool_backward(grad_output, input_shape, indices)
-    kernel = ntuple(kernel_size, 2, _POOL_BACKWARD, "kernel_size")
-    steps = kernel if stride is None or stride == [] or stride == () else ntuple(stride, 2, _POOL_BACKWARD, "stride")
-    dilation = ntuple(dilation, 2, _POOL_BACKWARD, "dilation")
-    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, steps, dilation))
+    disjoint = not pool_windows_overlap(kernel_size, stride, dilation)
     lead = shape[:-2]
     out = xp.zeros(lead + (shape[-2] * shape[-1],), grad_output.dtype)
     index = indices.reshape(lead + (math.prod(indices.shape[-2:]),))
