@@ -70,6 +70,7 @@ CASES.update({
     "lerp-weights": ("lerp", lambda v: ((np.repeat(v, len(v)), np.full(len(v) ** 2, 2.0, v.dtype),
                                          np.tile(v, len(v))), {})),
     "masked_fill": ("masked_fill", lambda v: ((v, _alternating(len(v)), float("-inf")), {})),
+    "threshold_backward": ("threshold_backward", lambda v: ((*_pairs(v), 0), {})),
 })
 INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
                 "bitwise_right_shift"}
@@ -150,7 +151,8 @@ def torch_result(torch, name, args, kwargs):
 
     functions = {"silu": F.silu, "relu": torch.relu, "leaky_relu": F.leaky_relu, "gelu": F.gelu, "relu6": F.relu6,
                  "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish, "mish": F.mish,
-                 "masked_fill": lambda a, m, value: a.masked_fill(m, value)}
+                 "masked_fill": lambda a, m, value: a.masked_fill(m, value),
+                 "threshold_backward": torch.ops.aten.threshold_backward}
     fn = functions.get(name) or getattr(torch, name)
     out = fn(*[_to_torch(torch, a) for a in args], **kwargs)
     return out.to(torch.float64).numpy() if out.is_floating_point() else out.numpy()

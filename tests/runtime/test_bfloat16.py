@@ -99,6 +99,7 @@ TORCH_CALLS = {
     "batch_norm_training_backward": _batch_norm_training_backward,
     "nll_loss_backward": _nll_loss_backward,
     "max_pool2d_with_indices_backward": _max_pool2d_with_indices_backward,
+    "threshold_backward": torch.ops.aten.threshold_backward,
     "numpy_T": lambda a: a.T,
     # the op takes the weight's rank: a 5-D weight size is conv3d's weight gradient
     "conv2d_weight_grad": lambda x, weight_size, *args, **kwargs: (

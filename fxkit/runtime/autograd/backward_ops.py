@@ -1,12 +1,14 @@
 """Ops that derivative rules need and no forward op provides: ``scatter_add`` and
 ``index_add`` (PyTorch's, usable in forward code too), ``getitem_backward`` (the
-adjoint of indexing), ``max_pool2d_with_indices_backward`` (ATen's) and
-``conv2d_weight_grad`` (``torch.nn.grad.conv2d_weight``).
+adjoint of indexing), ``threshold_backward`` and ``max_pool2d_with_indices_backward``
+(ATen's) and ``conv2d_weight_grad`` (``torch.nn.grad.conv2d_weight``).
 
 They are registry ops like any other, so a graph-level transform that runs
 the rules on graph values records them as nodes.
 """
 import math
+
+import numpy as np
 
 from fxkit.errors import DTypeError, ShapeError
 from fxkit.runtime import dtypes as _dt
@@ -14,8 +16,11 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.batch_last_columns import (batch_last_columns, batch_last_input, batch_last_rows,
                                                   has_short_rows)
+from fxkit.runtime.ops.channels_last_columns import channels_last_pays, weight_grad_channels_last
 from fxkit.runtime.ops.conv import check_rank, ntuple, pad_spatial
 from fxkit.runtime.ops.dims import normalize_dim
+from fxkit.runtime.ops.elementwise_binary import where
+from fxkit.runtime.ops.loop_gate import loops_fit
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.indexing import (FLAT_INDEX_MIN, _along, _check_bounds, along_layout, as_rows, flat_along,
                                        getitem, rows_fit, scatter, torch_index)
@@ -149,6 +154,27 @@ def _advanced(i):
     return not (type(i) is int or type(i) is slice or i is None or i is Ellipsis)
 
 
+# -- threshold_backward ----------------------------------------------------------------
+@op("threshold_backward", kind="elementwise", promote="common", method=False, template="where(b <= c, 0, a)")
+def threshold_backward(xp, grad_output, input, threshold):  # noqa: A002
+    """ReLU's gradient (ATen's op): ``grad_output`` where ``input > threshold``, else 0; a NaN input passes
+    its gradient on. ``input`` is ReLU's output (or input: they agree on the sign).
+
+    One pass over contiguous float arrays (a numba loop), where ``where(input <= 0, 0, g)`` made a bool mask
+    and a select: ResNet-18's 17 ReLU gradients a step (batch 8, 64x64) in 0.5 against 1.0 ms.
+    """
+    if (type(input) is np.ndarray and type(grad_output) is np.ndarray and input.shape == grad_output.shape
+            and input.dtype == grad_output.dtype and input.dtype.kind == "f" and type(threshold) in (int, float)
+            and input.flags.c_contiguous and grad_output.flags.c_contiguous and loops_fit(xp, input)):
+        from fxkit.runtime.ops.select_loop import zero_at_or_below  # NOTE: numba loads at the first large ReLU
+
+        out = np.empty_like(grad_output)
+        zero_at_or_below(grad_output.reshape(-1), input.reshape(-1), input.dtype.type(threshold),
+                         input.dtype.type(0), out.reshape(-1))
+        return out
+    return where.impl(xp, xp.less_equal(input, threshold), 0, grad_output)
+
+
 # -- max_pool2d_with_indices_backward -------------------------------------------------
 _POOL_BACKWARD = "max_pool2d_with_indices_backward"
 
@@ -259,6 +285,8 @@ def conv2d_weight_grad(xp, input, weight_size, grad_output, stride=1, padding=0,
                          f"convolution of an input of shape {shown(input.shape)} by a weight of shape "
                          f"{shown(weight_size)} (groups={groups}), whose output has shape "
                          f"{shown((n, oc) + out_sizes)}")
+    if g == 1 and nd == 2 and channels_last_pays(xp, n, cg, weight_size, out_sizes):
+        return weight_grad_channels_last(xp, input, weight_size, grad_output, stride, pads, dilation)
     pixels = math.prod(out_sizes)
     if k >= oc // g and has_short_rows(out_sizes):
         # Columns that outweigh the gradient are gathered batch-last (long runs); the gradient's

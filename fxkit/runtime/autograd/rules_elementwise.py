@@ -10,6 +10,7 @@ from fxkit.runtime.autograd.function import defgrad
 from fxkit.runtime.registry import get_op
 
 _where = get_op("where")
+_threshold_backward = get_op("threshold_backward")
 _zeros_like = get_op("zeros_like")
 _erf = get_op("erf")
 _SQRT1_2 = 0.7071067811865476
@@ -174,8 +175,7 @@ def _silu(ctx, g, input, inplace=False):  # noqa: A002
 
 @defgrad("relu", out=True, inplace_kw=True)
 def _relu(ctx, g, input, inplace=False):  # noqa: A002
-    # NOTE: PyTorch's threshold_backward, where(out <= 0, 0, g): a NaN output passes its gradient on
-    return _where(ctx.out <= 0, 0.0, g)
+    return _threshold_backward(g, ctx.out, 0)
 
 
 @defgrad("leaky_relu", saves=("input",), inplace_kw=True)

@@ -16,7 +16,7 @@ nondifferentiable("it creates a new tensor from sizes and values, not from its i
 nondifferentiable("it returns Python numbers (a size query)", "size", "dim", "numel")
 nondifferentiable("it is a backward op; higher-order gradients are not supported", "getitem_backward",
                   "conv2d_weight_grad", "batch_norm_training_backward", "nll_loss_backward",
-                  "max_pool2d_with_indices_backward")
+                  "max_pool2d_with_indices_backward", "threshold_backward")
 nondifferentiable("it is a pipeline-stage marker without tensor inputs", "pipe_split")
 nondifferentiable("it works on Python numbers (arithmetic on traced sizes), not on tensors", "math_sqrt",
                   "math_floor", "math_ceil", "math_trunc", "math_exp", "math_log2", "math_log10", "math_fabs",

@@ -19,6 +19,8 @@ from fxkit.runtime.meta import TensorMeta
 from fxkit.runtime.op import op
 from fxkit.runtime.ops.batch_last_columns import (batch_first, batch_last_columns, batch_last_input,
                                                   col2im_batch_last, has_short_rows, tap_span)
+from fxkit.runtime.ops.channels_last_columns import (channels_last_pays, channels_last_transposed_pays,
+                                                     conv2d_channels_last, conv_transpose2d_channels_last)
 from fxkit.runtime.ops.low_precision import BFLOAT16_KIND, run_in_float32
 from fxkit.runtime.ops.scratch import scratch
 from fxkit.runtime.ops.nn_checks import dims_differ, dtype_of, require_float, shown
@@ -179,6 +181,8 @@ def _conv_nchw(xp, x, weight, bias, stride, pads, dilation, groups):
     out_sizes = tuple((size + lo + hi - d * (k - 1) - 1) // s + 1
                       for size, (lo, hi), k, s, d in zip(x.shape[2:], pads, kernel, stride, dilation))
     g, k, pixels = groups, cg * _product(kernel), _product(out_sizes)
+    if g == 1 and len(kernel) == 2 and channels_last_pays(xp, n, cg, weight.shape, out_sizes):
+        return conv2d_channels_last(xp, x, weight, bias, stride, pads, dilation, out_sizes)
     wmat = weight.reshape(g, oc // g, k)
     bias_shape = (oc,) + (1,) * len(kernel)
     if pixels < _PER_IMAGE_GEMM_MIN_PIXELS and k >= oc // g and has_short_rows(out_sizes):
@@ -374,6 +378,9 @@ def _col2im(xp, x, weight, groups, stride, padding, dilation, out_hw):
     g, oc, cg = groups, ocg * groups, c // groups
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     oh, ow = out_hw
+    if (g, stride, dilation) == (1, (1, 1), (1, 1)) and channels_last_transposed_pays(xp, x.shape, weight.shape,
+                                                                                       padding):
+        return conv_transpose2d_channels_last(xp, x, weight, padding, out_hw)
     wmat = weight.reshape(g, cg, ocg * kh * kw).transpose(0, 2, 1)
     if h * w < _PER_IMAGE_GEMM_MIN_PIXELS:
         return col2im_batch_last(xp, x, wmat, oc, (kh, kw), stride, padding, dilation, out_hw)

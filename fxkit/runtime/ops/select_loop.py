@@ -27,3 +27,12 @@ def select_number(condition, number, values, out, number_when):
     for i in range(out.size):
         v = values[i]
         out[i] = number if condition[i] == number_when else v
+
+
+@numba.njit(**_JIT)
+def zero_at_or_below(values, reference, threshold, zero, out):
+    """``out[i] = zero if reference[i] <= threshold else values[i]`` (a NaN reference keeps the value), all 1-D
+    of one length: ReLU's gradient in one pass, where the comparison and the select made two and a mask."""
+    for i in range(out.size):
+        v = values[i]
+        out[i] = zero if reference[i] <= threshold else v

@@ -1,5 +1,5 @@
 """Cases for the ops derivative rules are built from: scatter_add, index_add, getitem_backward,
-conv2d_weight_grad (fxkit/runtime/autograd/backward_ops.py) and batch_norm_training_backward
+threshold_backward, conv2d_weight_grad (fxkit/runtime/autograd/backward_ops.py) and batch_norm_training_backward
 (fxkit/runtime/autograd/batch_norm_training_backward.py)."""
 import numpy as np
 
@@ -87,6 +87,38 @@ case("getitem_backward", lambda r: ((randf(r, 6, 3), (5, 6, 7), (0, slice(None),
      torch_ref(_torch_adjoint), id="int_and_advanced_torch")
 
 
+# -- threshold_backward: ReLU's gradient ------------------------------------------------------
+def _threshold_backward_ref(grad, x, threshold):
+    return np.where(x <= threshold, 0, grad).astype(grad.dtype)
+
+
+def _signed_zeros_and_nans(r, *shape, dtype=np.float32):
+    x = randf(r, *shape, dtype=dtype)
+    x.reshape(-1)[::7] = 0.0
+    x.reshape(-1)[3::11] = -0.0
+    x.reshape(-1)[5::13] = np.nan  # a NaN output passes its gradient on
+    return x
+
+
+case("threshold_backward", lambda r: ((randf(r, 3, 5), _signed_zeros_and_nans(r, 3, 5), 0), {}),
+     _threshold_backward_ref, id="small")
+case("threshold_backward", lambda r: ((randf(r, 8, 16, 8, 8), _signed_zeros_and_nans(r, 8, 16, 8, 8), 0), {}),
+     _threshold_backward_ref, id="loop")
+case("threshold_backward", lambda r: ((randf(r, 64, 80, dtype=np.float64),
+                                       _signed_zeros_and_nans(r, 64, 80, dtype=np.float64), 0.25), {}),
+     _threshold_backward_ref, id="loop_float64_threshold")
+case("threshold_backward", lambda r: ((randf(r, 4, 1), randf(r, 4, 6), 0), {}), _threshold_backward_ref,
+     id="broadcast")
+def _threshold_backward_torch(grad, x, threshold):
+    import torch
+
+    return torch.ops.aten.threshold_backward(grad, x, threshold)
+
+
+case("threshold_backward", lambda r: ((randf(r, 8, 16, 8, 8), _signed_zeros_and_nans(r, 8, 16, 8, 8), 0), {}),
+     torch_ref(_threshold_backward_torch), id="loop_torch")
+
+
 # -- conv2d_weight_grad --------------------------------------------------------------------------
 def _weight_grad_ref(x, weight_size, g, stride=1, padding=0, dilation=1, groups=1):
     oc, cg, kh, kw = weight_size
@@ -121,6 +153,12 @@ for _ref, _tag in ((_weight_grad_ref, ""), (torch_ref(_weight_grad_torch), "_tor
     # rows of 16+ outputs: the image-outer columns (the cases above gather batch-last), more columns than channels
     case("conv2d_weight_grad", lambda r: ((randf(r, 2, 3, 18, 18), (4, 3, 3, 3), randf(r, 2, 4, 16, 16)), {}), _ref,
          id="wide_rows" + _tag, rtol=1e-4, atol=1e-5)
+    # 16+ channels, batch x pixels >= 512: the channels-last columns (both GEMM orientations), strided and dilated
+    case("conv2d_weight_grad", lambda r: ((randf(r, 8, 16, 8, 8), (24, 16, 3, 3), randf(r, 8, 24, 8, 8)),
+                                          {"padding": 1}), _ref, id="channels_last" + _tag, rtol=1e-4, atol=1e-4)
+    case("conv2d_weight_grad", lambda r: ((randf(r, 16, 64, 9, 9), (8, 64, 3, 3), randf(r, 16, 8, 4, 4)),
+                                          {"stride": 2, "dilation": 2, "padding": 1}), _ref,
+         id="channels_last_wide_stride_dilation" + _tag, rtol=1e-4, atol=1e-4)
 
 
 def _weight_grad3d_torch(x, weight_size, g, stride=1, padding=0, dilation=1, groups=1):

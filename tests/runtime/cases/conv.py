@@ -142,6 +142,12 @@ def _register():
                                randf(r, 8)[::2]), {"padding": 1}), id="non-contiguous-weight-bias")
     conv_case(*c2, _conv((2, 3, 10, 10), (4, 3, 7, 7), stride=2, padding=3), id="stem-7x7")
     conv_case(*c2, _conv((0, 3, 6, 6), (4, 3, 3, 3)), id="empty-batch")
+    # 16+ channels over batch x pixels >= 512: the channels-last columns (fxkit/runtime/ops/channels_last_columns.py)
+    conv_case(*c2, _conv((8, 16, 8, 8), (24, 16, 3, 3), padding=1), id="channels-last-columns")
+    conv_case(*c2, _conv((16, 32, 9, 8), (8, 32, 3, 2), bias=False, stride=(2, 1), padding=(2, 0), dilation=2),
+              id="channels-last-columns-stride-dilation")
+    conv_case(*c2, _conv(None, (20, 16, 3, 3), x=lambda r: channels_last(r, 8, 16, 8, 8), padding=1),
+              id="channels-last-columns-of-channels-last-memory")
     case("conv2d", lambda r: ((randf(r, 2, 3, 5, 5, dtype=np.float64), randf(r, 4, 3, 3, 3, dtype=np.float64),
                                randf(r, 4, dtype=np.float64)), {"padding": 1}),
          ref_conv2d, id="float64", rtol=1e-10, atol=1e-12, dtype=fxkit.float64)
@@ -174,6 +180,9 @@ def _register():
     conv_case(*ct, _convt((3, 4, 4), (3, 2, 2, 2), stride=2), id="unbatched")
     conv_case(*ct, _convt(None, (3, 2, 3, 3), x=lambda r: channels_last(r, 2, 3, 4, 5), padding=1),
               id="channels-last")
+    # stride 1, 16+ channels: the conv of the padded input by the flipped weight over channels-last columns
+    conv_case(*ct, _convt((4, 16, 6, 7), (16, 12, 3, 3), padding=1), id="stride-1-channels-last-columns")
+    conv_case(*ct, _convt((2, 32, 5, 5), (32, 8, 3, 2), bias=False, padding=(0, 1)), id="stride-1-full-and-cropped")
 
 
 _register()
