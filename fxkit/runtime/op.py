@@ -189,7 +189,7 @@ class Op:
                 return self.run(args, kwargs)
         if device is None:
             return self.run(args, kwargs)
-        if tracked and _GRAD[0]:
+        if tracked and _GRAD.value:
             return _record(self, args, kwargs)
         mode = self.promote
         try:
@@ -278,7 +278,7 @@ class Op:
                 raise
         if self.operands:
             self._check_operands(raw)
-        if tracked and _GRAD[0]:
+        if tracked and _GRAD.value:
             return _record(self, args, original_kwargs)
         if device is None:
             if not self.factory:

@@ -30,7 +30,7 @@ def record(op, args, kwargs):
     if type(rule) is GradRule:
         if rule.mutates:
             return run_mutating(op, args, kwargs, needs)
-        inplace, plain_args, plain_kwargs = rule.split_inplace(args, kwargs)
+        inplace, plain_args, plain_kwargs = rule.split_inplace(args, kwargs) if rule.inplace_kw else (False, 0, 0)
         if inplace:
             if needs:
                 return apply_inplace(op, args[0], plain_args[1:], plain_kwargs, op.name)
@@ -47,12 +47,12 @@ def record(op, args, kwargs):
         return out
     extra = None
     if rule is not None and rule.forward is not None:
-        previous = _GRAD[0]
-        _GRAD[0] = False
+        previous = _GRAD.value
+        _GRAD.value = False
         try:
             out, extra = rule.forward(op, args, kwargs)
         finally:
-            _GRAD[0] = previous
+            _GRAD.value = previous
     else:
         out = forward_untracked(op, args, kwargs)
     for a in args:

@@ -355,14 +355,14 @@ def run_node(node, grads, retain_graph, capture=None):
         outs = tuple(None if kept is None else Tensor._make(*kept) for kept in node.out_data)
         out = outs[0] if node.single else outs
     wanted = [(path, stand_in) for path, _, stand_in in node.inputs]
-    previous = _GRAD[0]
-    _GRAD[0] = False
+    previous = _GRAD.value
+    _GRAD.value = False
     try:
         results = run_rule(rule, grads[0] if node.single else tuple(grads), node.args, node.kwargs, wanted, out,
                            node.extra)
         results = [conform(g, stand_in, node.op.name) for g, (_, stand_in) in zip(results, wanted)]
     finally:
-        _GRAD[0] = previous
+        _GRAD.value = previous
     if not retain_graph:
         node.release()
     return results

@@ -286,12 +286,12 @@ def substitute(args, kwargs, visit, found=None):
 
 def forward_untracked(op, args, kwargs):
     """Run ``op`` without recording (its internals never record either)."""
-    previous = _GRAD[0]
-    _GRAD[0] = False
+    previous = _GRAD.value
+    _GRAD.value = False
     try:
         return op(*args, **kwargs)
     finally:
-        _GRAD[0] = previous
+        _GRAD.value = previous
 
 
 def flat_outputs(out):
@@ -349,25 +349,35 @@ def make_node(op, rule, args, kwargs, out, extra=None, found=None):
             new_args[head][path[1]] = stand_in
     node.args, node.kwargs = new_args, new_kwargs
     node.inputs = inputs
-    outputs = flat_outputs(out)
-    node.single = isinstance(out, Tensor)
+    node.single = type(out) is Tensor
+    outputs = (out,) if node.single else flat_outputs(out)
+    keeps_out = rule is not None and rule.out
     outs = []
     for i, o in enumerate(outputs):
         if isinstance(o, Tensor) and o._data.dtype.kind == "f":
             data = o._data
             outs.append((data.shape, data.dtype, o.device))
             meta = o._grad = AutogradMeta(True, node, i)
-            if data.base is not None or any(data is t._data for t, _ in metas_in):  # a view: share versions
+            if data.base is not None or _is_input(data, metas_in):  # a view: share versions
                 for t, m in metas_in:
                     if shares_storage(data, t._data):
                         meta.version, meta.is_view = m.version, True
                         break
+            if keeps_out:
+                saved.append((meta.version, meta.version[0], "result"))
         else:
             outs.append(None)
     node.outs = outs
-    if rule is not None and rule.out:
+    if keeps_out:
         node.out_data = tuple((o._data, o.device) if isinstance(o, Tensor) else None for o in outputs)
-        saved.extend((o._grad.version, o._grad.version[0], "result") for o, s in zip(outputs, outs) if s)
     node.saved = saved
     node.extra = extra
     return node
+
+
+def _is_input(data, metas_in):
+    """Whether the array ``data`` is one of the recorded inputs' own arrays (an op handing its input back)."""
+    for t, _ in metas_in:
+        if t._data is data:
+            return True
+    return False

@@ -39,7 +39,7 @@ def apply_inplace(op, target, args, kwargs, name):
     meta = target._grad
     target_needs = meta is not None and meta.requires_grad
     value_needs = any(t._grad is not None and t._grad.requires_grad for _, t in iter_tensors(args, kwargs))
-    if not _GRAD[0] or not (target_needs or value_needs):
+    if not _GRAD.value or not (target_needs or value_needs):
         assign_inplace(target, op(target, *args, **kwargs), name)
         bump_version(target)
         return target
