@@ -33,6 +33,23 @@ def test_inplace_mul_keeps_the_value_its_backward_needs(rng):
     np.testing.assert_allclose(y.grad.numpy(), x.numpy())
 
 
+def test_inplace_relu_writes_through_and_a_later_write_is_caught_like_torch(rng):
+    torch = pytest.importorskip("torch")
+    x = leaf(rng, 2, 3)
+    h = x * 2
+    before = h._data
+    assert F.relu(h, inplace=True) is h and h._data is before  # written in place, no new array
+    F.relu(h, inplace=True)  # overwrites the result the first ReLU's gradient reads
+    with pytest.raises(AutogradError, match="relu: one of the tensors needed for gradient computation has been "
+                                            "modified by an inplace operation: the result of relu"):
+        h.sum().backward()
+    t = torch.from_numpy(x.numpy()).requires_grad_()
+    t_h = t * 2
+    torch.relu_(t_h)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.relu_(t_h).sum().backward()
+
+
 def test_resnet_style_inplace_add_and_relu_match_torch(rng):
     torch = pytest.importorskip("torch")
     a = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
@@ -41,8 +58,7 @@ def test_resnet_style_inplace_add_and_relu_match_torch(rng):
     x, t = fxkit.from_numpy(a).requires_grad_(), torch.from_numpy(a).requires_grad_()
     out = fx_conv(x)
     out += x
-    out = nn.ReLU(inplace=True)(out)
-    F.relu(out, inplace=True).sum().backward()
+    nn.ReLU(inplace=True)(out).sum().backward()
     t_out = t_conv(t)
     t_out += t
     torch.relu_(t_out).sum().backward()
