@@ -1,7 +1,7 @@
 """Derivative rules of the losses: nll_loss, cross_entropy, mse_loss.
 
 Class-index losses send ``-w[target] * g`` to each target's log-probability
-(nll_loss by one op, ``nll_loss_backward``; cross_entropy scatters into zeros), with 'mean' dividing
+(by one op, ``nll_loss_backward``; cross_entropy with label smoothing scatters into zeros), with 'mean' dividing
 by the summed weights of the counted targets as the forward does; cross_entropy adds label smoothing's
 share to every class and goes back through log_softmax. Class weights and
 class-index targets have no gradient (as in PyTorch).
@@ -75,6 +75,9 @@ def _cross_entropy(ctx, g, input, target, weight=None, size_average=None, ignore
         if ctx.needs(target):
             lw = logp if weight is None else logp * _class_weights(weight, logp, cdim)
             gtarget = -(scale * lw) * (1 - s)
+    elif s == 0:
+        # class indices: the nll terms' gradient is nll_loss's own (one op where scattering into zeros made a dozen)
+        glogp = _nll_loss_backward(g, target, tuple(input.shape), weight, ignore_index, reduction)
     else:
         scale, w_t, counted, safe = _per_target(g, target, weight, ignore_index, reduction, logp.dtype)
         glogp = _nll_logp_grad(scale * (1 - s), w_t, safe, tuple(input.shape), cdim, logp)
