@@ -8,7 +8,8 @@ affine map take about ten numpy passes more. Here each is three passes over
 the data in its own layout, statistics accumulated in float64:
 
 * **rows** ``(R, C)`` (channels-last memory, or a ``(N, C)`` batch): the
-  inner loop runs along the contiguous channels, one accumulator per channel;
+  inner loop runs along the contiguous channels, one accumulator per channel
+  (`fxkit.runtime.ops.channel_loops.rows_moments` with planes of one value);
 * **planes** ``(B, C, P)`` (NCHW memory with ``B = N``, channel-major memory
   with ``B = 1``): each channel's plane is one contiguous run, summed with
   reassociation allowed (``fastmath={"reassoc"}``) so LLVM vectorises it
@@ -25,30 +26,9 @@ specialisation lowers a training batch norm: numba takes ~0.5 s to import.
 import numba
 import numpy as np
 
-from fxkit.runtime.ops.channel_loops import planes_moments
+from fxkit.runtime.ops.channel_loops import planes_moments, rows_moments
 
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-
-
-@numba.njit(**_JIT)
-def _rows_moments(x, mean, var, g, sum_g, sum_gd, backward):
-    rows, c = x.shape
-    mean[:] = 0.0
-    for r in range(rows):
-        for k in range(c):
-            mean[k] += x[r, k]
-    mean /= rows
-    var[:] = 0.0
-    sum_g[:] = 0.0
-    sum_gd[:] = 0.0
-    for r in range(rows):
-        for k in range(c):
-            d = x[r, k] - mean[k]
-            var[k] += d * d
-            if backward:
-                sum_g[k] += g[r, k]
-                sum_gd[k] += g[r, k] * d
-    var /= rows
 
 
 @numba.njit(**_JIT)
@@ -56,7 +36,7 @@ def rows_forward(out, x, weight, bias, eps, mean, var):
     """``out = (x - mean) / sqrt(var + eps) * weight + bias`` per channel of ``x`` ``(R, C)``; the batch's
     ``mean`` and biased ``var`` (float64 ``(C,)``) are written too (the running statistics' update)."""
     unused = np.empty(x.shape[1])
-    _rows_moments(x, mean, var, x, unused, unused, False)
+    rows_moments(x, 1, mean, var, x, unused, unused, False)
     scale = weight / np.sqrt(var + eps)
     shift = bias - mean * scale
     rows, c = x.shape
@@ -96,7 +76,7 @@ def rows_backward(grad_input, g, x, weight, eps, grad_weight, grad_bias):
     rows, c = x.shape
     mean, var = np.empty(c), np.empty(c)
     sum_g, sum_gd = np.empty(c), np.empty(c)
-    _rows_moments(x, mean, var, g, sum_g, sum_gd, True)
+    rows_moments(x, 1, mean, var, g, sum_g, sum_gd, True)
     scale, a, b, gw = _gradient_terms(rows, weight, eps, var, sum_g, sum_gd)
     for r in range(rows):
         for k in range(c):

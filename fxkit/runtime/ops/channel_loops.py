@@ -63,7 +63,7 @@ def _planes_moments(x, mean, var, g, sum_g, sum_gd, backward):
     b, c, p = x.shape
     count = b * p
     if p < _SHORT_PLANE and x.flags.c_contiguous and (not backward or g.flags.c_contiguous):
-        _rows_moments(x.reshape(b, c * p), p, count, mean, var, g.reshape(b, c * p), sum_g, sum_gd, backward)
+        rows_moments(x.reshape(b, c * p), p, mean, var, g.reshape(b, c * p), sum_g, sum_gd, backward)
         return
     for k in range(c):
         s = 0.0
@@ -83,10 +83,12 @@ def _planes_moments(x, mean, var, g, sum_g, sum_gd, backward):
 
 
 @numba.njit(**_SUMS)
-def _rows_moments(rows, p, count, mean, var, g, sum_g, sum_gd, backward):
+def rows_moments(rows, p, mean, var, g, sum_g, sum_gd, backward):
     """`planes_moments` of ``(B, C * P)`` rows whose planes are ``p`` long: float64 sums per element of a row,
-    over the batch, then per channel."""
+    over the batch, then per channel. With ``p = 1``, the moments of channels-last ``(R, C)`` rows (the numba
+    backend's batch norm in channels-last memory)."""
     b, width = rows.shape
+    count = b * p
     acc = np.zeros(width)
     for i in range(b):
         for j in range(width):
