@@ -78,10 +78,11 @@ def test_per_sample_affines_keep_numpys_form():
     assert calls == 0
 
 
-def test_batch_norm_through_the_loops_matches_pytorch():
+@pytest.mark.parametrize("plane", [(8, 8), (2, 2)])  # planes of 64 values by channel; of 4 along whole rows
+def test_batch_norm_through_the_loops_matches_pytorch(plane):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
-    x, g = rng.standard_normal((2, 2, 4, 8, 8)).astype(np.float32)
+    x, g = rng.standard_normal((2, 2 if plane == (8, 8) else 32, 4) + plane).astype(np.float32)
     w, b = rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
     xt = fxkit.from_numpy(x).requires_grad_()
     wt, bt = fxkit.from_numpy(w).requires_grad_(), fxkit.from_numpy(b).requires_grad_()

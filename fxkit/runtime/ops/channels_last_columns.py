@@ -134,5 +134,6 @@ def weight_grad_channels_last(xp, x, weight_size, grad_output, stride, pads, dil
         by_tap = xp.matmul(cols.T, rows).reshape(kh, kw, c, oc).transpose(3, 2, 0, 1)
     else:
         by_tap = xp.matmul(rows.T, cols).reshape(oc, kh, kw, c).transpose(0, 3, 1, 2)
-    # NOTE: one copy into an array of its own: `.grad` takes it as it is (engine._sole_owner)
-    return xp.ascontiguousarray(by_tap)
+    # NOTE: always one copy, into an array of its own (ascontiguousarray would hand back a view of the product
+    # where the reorder is trivial): `.grad` takes it as it is (engine._sole_owner)
+    return xp.array(by_tap, order="C")
