@@ -349,7 +349,7 @@ def make_node(op, rule, args, kwargs, out, extra=None, found=None):
             new_args[head][path[1]] = stand_in
     node.args, node.kwargs = new_args, new_kwargs
     node.inputs = inputs
-    node.single = type(out) is Tensor
+    node.single = isinstance(out, Tensor)
     outputs = (out,) if node.single else flat_outputs(out)
     keeps_out = rule is not None and rule.out
     outs = []

@@ -156,7 +156,8 @@ def _gradient_rows(x, g, p, coefficients, out):
                 out[i, j] = ((x[i, j] - spread[0, j]) * spread[1, j] + spread[2, j]) + g[i, j] * spread[3, j]
         return
     c = width // p
-    x, g, out = x.reshape(n, c, p), g.reshape(n, c, p), out.reshape(n, c, p)  # NOTE: a j-range over rows does not vectorise
+    # NOTE: planes indexed as such: a j-range over the flat rows does not vectorise (108 against 14 us)
+    x, g, out = x.reshape(n, c, p), g.reshape(n, c, p), out.reshape(n, c, p)
     for i in range(n):
         for k in range(c):
             m, u, v, s = coefficients[0, k], coefficients[1, k], coefficients[2, k], coefficients[3, k]
