@@ -15,9 +15,9 @@ the data in its own layout, statistics accumulated in float64:
   reassociation allowed (``fastmath={"reassoc"}``) so LLVM vectorises it
   (`fxkit.runtime.ops.channel_loops.planes_moments`, eager batch norm's too).
 
-Pass one: the mean; pass two: the variance about it (two passes, no
-cancellation) and, backward, the sums of ``g`` and ``g * (x - mean)``; pass
-three writes the result. On the calling thread, as every kernel that runs
+Pass one: the mean, the variance and, backward, the sums of ``g`` and
+``g * (x - mean)``, all from float64 sums about each channel's first value
+(no cancellation to speak of); pass two writes the result. On the calling thread, as every kernel that runs
 between BLAS products (see `fxkit.backends.numba_conv`).
 
 Imported by `fxkit.backends.batch_norm_lowering` only when a numba

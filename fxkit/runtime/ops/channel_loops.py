@@ -49,11 +49,14 @@ def planes_moments(x, mean, var, g, sum_g, sum_gd, backward):
     """Per channel of ``x`` ``(B, C, P)``: its ``mean`` and biased ``var``, and when ``backward`` the sums of ``g``
     (``x``'s shape) and of ``g * (x - mean)`` into ``sum_g`` and ``sum_gd``; all four float64 ``(C,)``, written.
 
-    Two passes, accumulated in float64 as PyTorch's CPU batch norm does (its accumulator type for float is
-    double): the mean, then the squared deviations from it (no cancellation) and the sums. Short planes of
-    contiguous memory are summed along whole rows ``(C * P)`` into float64 partial sums per element, then per
-    channel. Also the numba backend's kernel for NCHW and channel-major memory
-    (`fxkit.backends.numba_batch_norm`)."""
+    One pass, accumulated in float64 as PyTorch's CPU batch norm does (its accumulator type for float is
+    double): the sums of ``x - shift``, of its square and, backward, of ``g`` and ``g * (x - shift)``, ``shift``
+    being the channel's first value, so the variance ``E[d^2] - E[d]^2`` does not cancel beyond a few float64
+    roundings (the deviations from the shift are of the order of the spread); ``sum g * (x - mean)`` is
+    ``sum g * d - E[d] * sum g``. Two passes (the mean, then the deviations) read the input twice: one pass
+    takes a third off batch norm's gradient. Short planes of contiguous memory are summed along whole rows
+    ``(C * P)`` into float64 partial sums per element, then per channel. Also the numba backend's kernel for
+    NCHW and channel-major memory (`fxkit.backends.numba_batch_norm`)."""
     _planes_moments(x, mean, var, g, sum_g, sum_gd, backward)
 
 
@@ -61,25 +64,40 @@ def planes_moments(x, mean, var, g, sum_g, sum_gd, backward):
 def _planes_moments(x, mean, var, g, sum_g, sum_gd, backward):
     """`planes_moments`, what the loops here call (a test counts calls of the public one)."""
     b, c, p = x.shape
-    count = b * p
     if p < _SHORT_PLANE and x.flags.c_contiguous and (not backward or g.flags.c_contiguous):
         rows_moments(x.reshape(b, c * p), p, mean, var, g.reshape(b, c * p), sum_g, sum_gd, backward)
         return
     for k in range(c):
-        s = 0.0
-        for i in range(b):
-            for j in range(p):
-                s += x[i, k, j]
-        m = s / count
-        v, sg, sgd = 0.0, 0.0, 0.0
-        for i in range(b):
-            for j in range(p):
-                d = x[i, k, j] - m
-                v += d * d
-                if backward:
-                    sg += g[i, k, j]
-                    sgd += g[i, k, j] * d
-        mean[k], var[k], sum_g[k], sum_gd[k] = m, v / count, sg, sgd
+        shift, s, v, sg, sgd = _channel_sums(x, g, k, backward)
+        _finish(k, shift, s, v, sg, sgd, b * p, mean, var, sum_g, sum_gd)
+
+
+@numba.njit(inline="always", **_SUMS)
+def _channel_sums(x, g, k, backward):
+    """Channel ``k``'s float64 sums about its first value ``shift``: ``(shift, sum d, sum d^2, sum g, sum g * d)``
+    with ``d = x - shift`` (the last two zero unless ``backward``)."""
+    b, _, p = x.shape
+    shift = np.float64(x[0, k, 0])
+    s, v, sg, sgd = 0.0, 0.0, 0.0, 0.0
+    for i in range(b):
+        for j in range(p):
+            d = x[i, k, j] - shift
+            s += d
+            v += d * d
+            if backward:
+                sg += g[i, k, j]
+                sgd += g[i, k, j] * d
+    return shift, s, v, sg, sgd
+
+
+@numba.njit(inline="always", **_SUMS)
+def _finish(k, shift, s, v, sg, sgd, count, mean, var, sum_g, sum_gd):
+    """Channel ``k``'s moments and sums from the sums about its ``shift`` (see `planes_moments`)."""
+    m = s / count
+    mean[k] = shift + m
+    var[k] = max(v / count - m * m, 0.0)
+    sum_g[k] = sg
+    sum_gd[k] = sgd - m * sg
 
 
 @numba.njit(**_SUMS)
@@ -88,30 +106,22 @@ def rows_moments(rows, p, mean, var, g, sum_g, sum_gd, backward):
     over the batch, then per channel. With ``p = 1``, the moments of channels-last ``(R, C)`` rows (the numba
     backend's batch norm in channels-last memory)."""
     b, width = rows.shape
-    count = b * p
-    acc = np.zeros(width)
-    for i in range(b):
-        for j in range(width):
-            acc[j] += rows[i, j]
-    centre = np.empty(width)
+    shift = np.empty(width)
     for k in range(width // p):
-        m = acc[k * p:(k + 1) * p].sum() / count
-        mean[k] = m
-        centre[k * p:(k + 1) * p] = m
-    acc[:] = 0.0
-    acc_g = np.zeros(width)
-    acc_gd = np.zeros(width)
+        shift[k * p:(k + 1) * p] = rows[0, k * p]
+    acc, acc_sq, acc_g, acc_gd = np.zeros(width), np.zeros(width), np.zeros(width), np.zeros(width)
     for i in range(b):
         for j in range(width):
-            d = rows[i, j] - centre[j]
-            acc[j] += d * d
+            d = rows[i, j] - shift[j]
+            acc[j] += d
+            acc_sq[j] += d * d
             if backward:
                 acc_g[j] += g[i, j]
                 acc_gd[j] += g[i, j] * d
     for k in range(width // p):
-        var[k] = acc[k * p:(k + 1) * p].sum() / count
-        sum_g[k] = acc_g[k * p:(k + 1) * p].sum()
-        sum_gd[k] = acc_gd[k * p:(k + 1) * p].sum()
+        part = slice(k * p, (k + 1) * p)
+        _finish(k, shift[k * p], acc[part].sum(), acc_sq[part].sum(), acc_g[part].sum(), acc_gd[part].sum(), b * p,
+                mean, var, sum_g, sum_gd)
 
 
 @numba.njit(**_SUMS)
