@@ -239,9 +239,8 @@ def max_pool2d_with_indices_backward(xp, grad_output, input_shape, kernel_size, 
     if disjoint:
         return scatter.impl(xp, out, -1, index, values).reshape(shape)
     _check_bounds(_POOL_BACKWARD, index, out.ndim - 1, out.shape[-1])
-    flat = out.reshape(-1)  # in order, in the dtype: numpy's add.at, as the loop above and PyTorch's kernel add
-    add_at(xp, flat, (index + xp.arange(0, flat.size, shape[-2] * shape[-1]).reshape(
-        lead + (1,))).reshape(-1), values.reshape(-1))
+    # in order, in the dtype: numpy's add.at, as the loop above and PyTorch's kernel add
+    add_at(xp, out, _along(xp, index, out.ndim - 1), values)
     return out.reshape(shape)
 
 

@@ -30,8 +30,7 @@ def record(op, args, kwargs):
     if type(rule) is GradRule:
         if rule.mutates:
             return run_mutating(op, args, kwargs, needs)
-        inplace, plain_args, plain_kwargs = (rule.split_inplace(args, kwargs) if rule.inplace_kw
-                                             else (False, args, kwargs))
+        inplace, plain_args, plain_kwargs = rule.split_inplace(args, kwargs)
         if inplace:
             if needs:
                 return apply_inplace(op, args[0], plain_args[1:], plain_kwargs, op.name)
